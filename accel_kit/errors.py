@@ -1,0 +1,21 @@
+"""User-facing errors: the CLI prints ``accel-kit: error: <message>`` and exits with status 2.
+
+Raise these for anything the user can fix (a bad parameter, a missing file, an unavailable
+system); let genuine bugs raise ordinary exceptions with their tracebacks.
+"""
+
+
+class AccelKitError(Exception):
+    """A problem with the user's input or environment, explained in one line."""
+
+
+class ParameterError(AccelKitError, ValueError):
+    """A study parameter is unknown, of the wrong type, or out of range."""
+
+
+class UnavailableError(AccelKitError, RuntimeError):
+    """A system or device cannot be used on this machine (with the reason)."""
+
+
+class DataError(AccelKitError, ValueError):
+    """An input file (corpus, FASTA, results) is missing or malformed."""
