@@ -1,0 +1,44 @@
+# The README's two commands: `make run` (set up + main job) and `make test` (set up + tests).
+# CPU installs pin the CPU build of torch through constraints-cpu.txt, installed first so
+# that no dependency pulls a multi-GB CUDA build. GPU users: see README ("Other systems").
+
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+SYSTEM   ?= cpu
+PROFILE  ?= quick
+OUTPUTS  ?= outputs
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+CONSTRAINTS ?= constraints-cpu.txt
+PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
+
+.PHONY: install run test clean-outputs
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(PIP) torch
+	$(PIP) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Every study notebook on $(SYSTEM) with $(PROFILE): executed notebooks, records and figures under $(OUTPUTS)/.
+run: install
+	@mkdir -p $(OUTPUTS)/notebooks
+	@set -e; for nb in $(NOTEBOOKS); do \
+	  name=$$(basename $$nb .ipynb); \
+	  echo "== $$name on $(SYSTEM) ($(PROFILE))"; \
+	  $(BIN)/papermill --cwd notebooks -k python3 $$nb $(OUTPUTS)/notebooks/$$name-$(SYSTEM)-$(PROFILE).ipynb \
+	    -p system $(SYSTEM) -p profile $(PROFILE); \
+	done
+	@echo "results: $(OUTPUTS)/<study>/<system>.jsonl, figures: $(OUTPUTS)/<study>/figures/, notebooks: $(OUTPUTS)/notebooks/"
+
+# Unit tests, notebooks end to end (papermill), and nbval over notebooks/; results go to a scratch folder.
+test: install
+	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
+	ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+
+clean-outputs:
+	find $(OUTPUTS) -mindepth 1 ! -name README.md -delete

@@ -1,0 +1,93 @@
+"""Command line: ``accel-kit run STUDY --system S --profile P -p NAME VALUE ...`` and friends.
+
+User errors (bad parameters, unknown systems, unavailable devices, broken inputs) print one
+line, ``accel-kit: error: ...``, and exit with status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from accel_kit.errors import AccelKitError
+
+
+def _parse_override(text: list[str]) -> tuple[str, object]:
+    from accel_kit.params import parse_value
+
+    name, value = text
+    return name, parse_value(value)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from accel_kit import studies
+
+    overrides = dict(args.param or [])
+    run = studies.run_study(args.study, system=args.system, profile=args.profile, output_dir=args.output_dir,
+                            progress=not args.quiet, **overrides)
+    statuses: dict[str, int] = {}
+    for rec in run.records:
+        statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
+    table = run.table()
+    if not args.quiet and not table.empty:
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", 200, "display.width", 200, "display.max_columns", 30):
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    figs = run.figures(save=True)
+    print(f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) "
+          f"-> {run.records_path}; {len(figs)} figures -> {run.study_dir / 'figures'}")
+    return 0
+
+
+def _cmd_systems(args: argparse.Namespace) -> int:
+    from accel_kit.devices import get_adapter
+    from accel_kit.systems import load_system, system_ids
+
+    for sid in system_ids():
+        system = load_system(sid)
+        status = get_adapter(system.adapter).availability()
+        print(f"{sid:10s} {system.adapter:6s} {'available' if status else 'unavailable: ' + status.reason}"
+              f"  | {system.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from accel_kit import __version__
+
+    parser = argparse.ArgumentParser(prog="accel-kit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"accel-kit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a study on a system")
+    run.add_argument("study", help="study name (e.g. microbenchmark)")
+    run.add_argument("--system", default="cpu", help="system id from params/systems (default: cpu)")
+    run.add_argument("--profile", default="quick", help="parameter profile from params/<study>/ (default: quick)")
+    run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
+                     help="override a parameter; VALUE is parsed as YAML (e.g. -p batch_sizes '[4]')")
+    run.add_argument("--output-dir", default=None, help="results root (default: <project>/outputs)")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
+    run.set_defaults(func=_cmd_run)
+
+    systems = sub.add_parser("systems", help="list systems and whether each is available here")
+    systems.set_defaults(func=_cmd_systems)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "param", None):
+        try:
+            args.param = [_parse_override(p) for p in args.param]
+        except AccelKitError as exc:
+            parser.exit(2, f"accel-kit: error: {exc}\n")
+    try:
+        return args.func(args)
+    except AccelKitError as exc:
+        parser.exit(2, f"accel-kit: error: {exc}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "accel-kit: interrupted; records written so far are kept\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Device adapters, found by name and imported only when asked for.
+
+Adding a backend is one line in ``ADAPTERS`` plus its module: this file never imports a
+vendor SDK, and neither does ``import accel_kit``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from accel_kit.devices.base import (
+    DTYPES,
+    PRECISIONS,
+    Availability,
+    DeviceAdapter,
+    DeviceDescription,
+    dtype_of,
+)
+from accel_kit.errors import ParameterError, UnavailableError
+
+# name -> "module:Class", imported on first use.
+ADAPTERS: dict[str, str] = {
+    "cpu": "accel_kit.devices.cpu:CPUAdapter",
+    "cuda": "accel_kit.devices.cuda:CUDAAdapter",
+    "rocm": "accel_kit.devices.rocm:ROCmAdapter",
+}
+
+
+def get_adapter(name: str) -> DeviceAdapter:
+    """Instantiate the adapter registered under ``name`` (no availability check)."""
+    try:
+        target = ADAPTERS[name]
+    except KeyError:
+        raise ParameterError(f"unknown device adapter {name!r}; known: {', '.join(sorted(ADAPTERS))}") from None
+    module_name, cls_name = target.split(":")
+    return getattr(importlib.import_module(module_name), cls_name)()
+
+
+def require_adapter(name: str, *, system: str | None = None) -> DeviceAdapter:
+    """The adapter ``name``, or an UnavailableError naming the system and the reason."""
+    adapter = get_adapter(name)
+    avail = adapter.availability()
+    if not avail:
+        who = f"system {system!r} (adapter {name})" if system else f"adapter {name!r}"
+        raise UnavailableError(f"{who} is not available here: {avail.reason}")
+    return adapter
+
+
+__all__ = [
+    "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "DeviceAdapter", "DeviceDescription",
+    "dtype_of", "get_adapter", "require_adapter",
+]

@@ -1,0 +1,25 @@
+"""AMD GPUs through PyTorch's ROCm (HIP) build: the torch.cuda API, told apart by torch.version.hip."""
+from __future__ import annotations
+
+import torch
+
+from accel_kit.devices.base import Availability
+from accel_kit.devices.cuda import CUDAAdapter
+
+
+class ROCmAdapter(CUDAAdapter):
+    name = "rocm"
+
+    def availability(self) -> Availability:
+        if not torch.version.hip:
+            return Availability(False, "this torch is not a ROCm build (torch.version.hip is None)")
+        if not torch.cuda.is_available():
+            return Availability(False, "no AMD GPU is visible (torch.cuda.is_available() is False)")
+        return Availability(True)
+
+    def supported_precisions(self) -> tuple[str, ...]:
+        return ("fp32", "fp16", "bf16")  # CDNA2+ computes all three in its matrix cores
+
+    def math_mode(self) -> dict:
+        # MI200/MI300 have no TF32 path in rocBLAS for torch's flag; record it anyway.
+        return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32}

@@ -1,0 +1,81 @@
+"""Typed, flat study parameters: profiles from ``params/<study>/<profile>.yaml``, overrides on top.
+
+Resolution order (later wins): the study's field defaults, the profile file, the caller's
+overrides (CLI ``-p NAME VALUE``, papermill ``-p``, keyword arguments). Overrides whose
+value is None mean "not given" (a notebook's parameters cell uses None for "profile
+default"). Unknown names, wrong types and out-of-range values are rejected with a
+one-line ParameterError naming the field.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from accel_kit.errors import ParameterError
+from accel_kit.paths import params_dir
+
+Precision = Literal["fp32", "fp16", "bf16"]
+
+
+class StudyParams(BaseModel):
+    """Base for every study's parameters: unknown keys are an error, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+P = TypeVar("P", bound=StudyParams)
+
+
+def parse_value(text: str) -> Any:
+    """Parse a command-line value as YAML, as papermill does (``'[4]'`` -> [4], ``true`` -> True)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"cannot parse value {text!r}: {exc.__class__.__name__}") from None
+
+
+def profiles(study: str) -> list[str]:
+    folder = params_dir() / study
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_profile(study: str, profile: str) -> dict[str, Any]:
+    """The flat mapping in ``params/<study>/<profile>.yaml``."""
+    path = params_dir() / study / f"{profile}.yaml"
+    if not path.is_file():
+        known = ", ".join(profiles(study)) or "none"
+        raise ParameterError(f"unknown profile {profile!r} for study {study!r}; known: {known}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
+        raise ParameterError(f"{path}: a profile must be a flat mapping of parameter names to values")
+    return data
+
+
+def resolve(cls: type[P], study: str, profile: str | None, overrides: dict[str, Any] | None = None) -> P:
+    """Validate the profile merged with ``overrides`` into ``cls``."""
+    values = load_profile(study, profile) if profile else {}
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return validate(cls, values, study=study)
+
+
+def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
+    unknown = sorted(set(values) - set(cls.model_fields))
+    if unknown:
+        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for study {study!r}; "
+                             f"known: {', '.join(cls.model_fields)}")
+    try:
+        return cls.model_validate(values)
+    except ValidationError as exc:
+        raise ParameterError(_one_line(exc, values)) from None
+
+
+def _one_line(exc: ValidationError, values: dict[str, Any]) -> str:
+    err = exc.errors()[0]
+    loc = err["loc"]
+    name = str(loc[0]) if loc else "?"
+    where = name + "".join(f"[{i}]" for i in loc[1:])
+    given = values.get(name, err.get("input"))
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"parameter {where!r}: {err['msg']} (given {given!r}){more}"

@@ -1,0 +1,90 @@
+"""Plot helpers shared by the studies: readable plotly figures, saved as standalone HTML."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_TEMPLATE = "plotly_white"
+
+
+def _label(row: pd.Series, group: list[str], varying: list[str]) -> str:
+    parts = [str(row[g]) for g in group if g in varying]
+    return " · ".join(parts) if parts else str(row[group[0]])
+
+
+def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[str], title: str,
+                 x_title: str, y_title: str, facet_order: list[str] | None = None,
+                 hover: list[str] | None = None) -> go.Figure:
+    """Bars of ``y`` against categorical ``x``, one panel per ``facet`` value, one colour per group.
+
+    Group labels name only the columns of ``group`` that vary (one system: colour by impl).
+    """
+    varying = [g for g in group if g in df.columns and df[g].nunique() > 1]
+    df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
+    facets = [f for f in (facet_order or []) if f in set(df[facet])] + sorted(
+        set(df[facet]) - set(facet_order or []))
+    fig = make_subplots(rows=1, cols=len(facets), subplot_titles=[str(f) for f in facets], shared_yaxes=True)
+    colors = _colors(sorted(df["_group"].unique()))
+    hover = [h for h in (hover or []) if h in df.columns]
+    for col, fval in enumerate(facets, 1):
+        sub = df[df[facet] == fval]
+        for name, part in sub.groupby("_group", sort=True):
+            part = part.sort_values(x)
+            fig.add_trace(go.Bar(
+                x=part[x].astype(str), y=part[y], name=name, legendgroup=name, showlegend=col == 1,
+                marker_color=colors[name], customdata=part[hover].to_numpy() if hover else None,
+                hovertemplate=_hovertemplate(x, y, hover)), row=1, col=col)
+        fig.update_xaxes(title_text=x_title, type="category", row=1, col=col)
+    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    fig.update_layout(title=title, barmode="group", template=_TEMPLATE, legend_title_text=" · ".join(varying) or group[0],
+                      height=450, width=max(600, 380 * len(facets)))
+    return fig
+
+
+def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_title: str, y_title: str,
+         log_x: bool = False, log_y: bool = False, hover: list[str] | None = None) -> go.Figure:
+    """Lines with markers of ``y`` against ``x``, one trace per group."""
+    varying = [g for g in group if g in df.columns and df[g].nunique() > 1] or group[:1]
+    df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
+    colors = _colors(sorted(df["_group"].unique()))
+    hover = [h for h in (hover or []) if h in df.columns]
+    fig = go.Figure()
+    for name, part in df.groupby("_group", sort=True):
+        part = part.sort_values(x)
+        fig.add_trace(go.Scatter(x=part[x], y=part[y], name=name, mode="lines+markers",
+                                 line_color=colors[name], customdata=part[hover].to_numpy() if hover else None,
+                                 hovertemplate=_hovertemplate(x, y, hover)))
+    fig.update_layout(title=title, template=_TEMPLATE, xaxis_title=x_title, yaxis_title=y_title,
+                      legend_title_text=" · ".join(varying), height=450, width=750)
+    if log_x:
+        fig.update_xaxes(type="log")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def _hovertemplate(x: str, y: str, hover: list[str]) -> str:
+    lines = [f"{x}=%{{x}}", f"{y}=%{{y:.3g}}"] + [f"{h}=%{{customdata[{i}]:.3g}}" for i, h in enumerate(hover)]
+    return "<br>".join(lines) + "<extra>%{fullData.name}</extra>"
+
+
+def _colors(names: list[str]) -> dict[str, str]:
+    import plotly.express as px
+
+    palette = px.colors.qualitative.Safe + px.colors.qualitative.Vivid
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
+def save_html(figs: dict[str, go.Figure], folder: str | Path) -> list[Path]:
+    """Write each figure to ``folder/<name>.html``; plotly.js is written once beside them (works offline)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figs.items():
+        path = folder / f"{name}.html"
+        fig.write_html(path, include_plotlyjs="directory", full_html=True)
+        paths.append(path)
+    return paths

@@ -1,0 +1,197 @@
+"""Result records: one JSON object per measured point, appended atomically to JSON Lines files.
+
+A record (STYLE.md section 5) carries everything needed to trust and re-run the number:
+schema version, study, system, device, model, the fully resolved parameters, the
+environment (versions, hardware, git commit, math mode), a status with its reason, the
+per-trial times and the derived metrics with units in their names. "Not measured" is a
+missing metric with a reason, never 0.
+
+Durability: each record is serialised first and written with one ``write`` on an
+``O_APPEND`` descriptor, then fsynced. A process killed mid-write can at worst leave a
+final line without its newline; the next append cuts that fragment off, and ``load``
+skips it, so no half-written record is ever read.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from accel_kit import SCHEMA_VERSION, __version__
+
+STATUSES = ("ok", "oom", "error", "unsupported", "skipped")
+
+
+def new_run_id() -> str:
+    """Identifier shared by the records of one invocation of a study."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
+                device: str | None = None, model: str | None = None, reason: str | None = None,
+                metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
+                warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None) -> dict:
+    """Build one record. ``status`` other than ok needs a ``reason``."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    if status != "ok" and not reason:
+        raise ValueError(f"a record with status {status!r} needs a reason")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "record_id": uuid.uuid4().hex,
+        "run_id": run_id,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "study": study,
+        "system": system,
+        "device": device,
+        "model": model,
+        "status": status,
+        "reason": reason,
+        "params": params,
+        "metrics": {k: _finite(v) for k, v in (metrics or {}).items()},
+        "times_s": times_s or [],
+        "warmup_times_s": warmup_times_s or [],
+        "env": env or {},
+    }
+
+
+def _finite(value: Any) -> Any:
+    # JSON has no NaN/inf; a non-finite metric is "not measured", i.e. null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def append_record(path: str | os.PathLike, record: dict) -> None:
+    """Append ``record`` to the JSON Lines file ``path`` (created with its folder if missing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, default=str, allow_nan=False) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        _drop_partial_tail(fd)
+        view = memoryview(line)
+        while view:  # a regular-file write is all-or-nothing in practice; loop for the rare short write
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_partial_tail(fd: int) -> None:
+    """Cut a final line that lacks its newline (left by a writer killed mid-write)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    if os.pread(fd, 1, size - 1) == b"\n":
+        return
+    chunk = 1 << 16
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        data = os.pread(fd, end - start, start)
+        nl = data.rfind(b"\n")
+        if nl >= 0:
+            os.ftruncate(fd, start + nl + 1)
+            return
+        end = start
+    os.ftruncate(fd, 0)
+
+
+def iter_records(path: str | os.PathLike) -> Iterable[dict]:
+    """Records from a .jsonl file or every .jsonl under a folder; incomplete lines are skipped."""
+    path = Path(path)
+    files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
+    for file in files:
+        with open(file, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n"):
+                    warnings.warn(f"{file}:{lineno}: skipping an incomplete final record")
+                    continue
+                if raw.strip():
+                    yield json.loads(raw)
+
+
+def load(path: str | os.PathLike) -> pd.DataFrame:
+    """All records under a file or folder as a DataFrame.
+
+    Columns: the record's own fields, then every parameter and metric flattened to the top
+    level (metric names carry units), then ``env.*``. Missing metrics are NaN.
+    """
+    rows = []
+    for rec in iter_records(path):
+        row = {k: v for k, v in rec.items() if k not in ("params", "metrics", "env")}
+        row.update(rec.get("params", {}))
+        row.update(rec.get("metrics", {}))
+        row.update(_flatten(rec.get("env", {}), "env."))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _flatten(d: dict, prefix: str) -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def latest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """For each combination of ``keys``, the most recent record (re-runs supersede old ones)."""
+    if df.empty:
+        return df
+    return df.sort_values("timestamp").groupby(keys, dropna=False, as_index=False).tail(1)
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> dict[str, Any]:
+    """The commit of the accel-kit checkout (and whether it has uncommitted changes)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                timeout=5, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                    capture_output=True, text=True, timeout=5).stdout.strip())
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def environment(adapter=None) -> dict[str, Any]:
+    """Software and hardware provenance for records."""
+    import torch
+
+    env: dict[str, Any] = {
+        "accel_kit": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "git": git_commit(),
+        "argv": sys.argv[:1],
+    }
+    try:
+        import transformers
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        env["transformers"] = None
+    if adapter is not None:
+        desc = adapter.describe()
+        env["device"] = {"adapter": desc.adapter, "model": desc.device_model, "count": desc.device_count,
+                         "versions": desc.versions, **desc.extra}
+        env["math_mode"] = adapter.math_mode()
+    return env

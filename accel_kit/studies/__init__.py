@@ -1,0 +1,95 @@
+"""Studies: each is a module with ``Params``, ``run(params, system, ...)`` and ``figures(df)``.
+
+``run_study`` is the single entry point behind both the notebooks and the CLI, so the two
+always produce the same records.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pandas as pd
+
+from accel_kit import params as _params
+from accel_kit import results
+from accel_kit.errors import ParameterError
+from accel_kit.paths import output_dir as _output_dir
+from accel_kit.systems import load_system
+
+# Study name -> module. Adding a study is its module, its params/<study>/ profiles and one line here.
+STUDIES: dict[str, str] = {
+    "microbenchmark": "accel_kit.studies.microbenchmark",
+}
+
+
+def study_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(STUDIES[name])
+    except KeyError:
+        raise ParameterError(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None
+
+
+@dataclass
+class StudyRun:
+    """What one invocation of a study produced."""
+
+    study: str
+    system: str
+    run_id: str
+    study_dir: Path  # outputs/<study>/
+    records: list[dict]
+
+    @property
+    def records_path(self) -> Path:
+        return records_path(self.study_dir, self.system)
+
+    def df(self) -> pd.DataFrame:
+        """This run's records."""
+        df = results.load(self.records_path)
+        return df[df["run_id"] == self.run_id].reset_index(drop=True) if not df.empty else df
+
+    def table(self) -> pd.DataFrame:
+        """The study's summary table of this run."""
+        return study_module(self.study).table(self.df())
+
+    def figures(self, save: bool = True) -> dict[str, Any]:
+        """The study's figures over every system's latest records under ``study_dir``."""
+        return figures(self.study, self.study_dir, save=save)
+
+
+def records_path(study_dir: Path, system: str) -> Path:
+    return study_dir / f"{system}.jsonl"
+
+
+def resolve(study: str, profile: str | None = "quick", **overrides: Any):
+    """The study's validated parameters for ``profile`` with ``overrides`` (None = profile default)."""
+    module = study_module(study)
+    return _params.resolve(module.Params, study, profile, overrides)
+
+
+def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
+              output_dir: str | Path | None = None, progress: bool = True, **overrides: Any) -> StudyRun:
+    """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl."""
+    module = study_module(study)
+    params = _params.resolve(module.Params, study, profile, overrides)
+    sys_desc = load_system(system)
+    study_dir = _output_dir(output_dir) / study
+    run_id = results.new_run_id()
+    records = module.run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
+                         profile=profile, progress=progress)
+    return StudyRun(study, system, run_id, study_dir, records)
+
+
+def figures(study: str, study_dir: str | Path, save: bool = True) -> dict[str, Any]:
+    """Figures from every system's records under ``study_dir``; saved as HTML under ``study_dir/figures``."""
+    from accel_kit import plots
+
+    study_dir = Path(study_dir)
+    df = results.load(study_dir) if study_dir.exists() else pd.DataFrame()
+    figs = study_module(study).figures(df)
+    if save:
+        plots.save_html(figs, study_dir / "figures")
+    return figs

@@ -1,0 +1,53 @@
+"""Systems: flat YAML machine descriptions in ``params/systems/<id>.yaml``."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+
+from accel_kit.devices import DeviceAdapter, require_adapter
+from accel_kit.errors import ParameterError
+from accel_kit.params import Precision
+from accel_kit.paths import params_dir
+
+
+class System(BaseModel):
+    """One machine the studies run on (STUDY.md, Table I)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    description: str
+    adapter: str  # key of accel_kit.devices.ADAPTERS
+    device_model: str  # what the vendor calls one device
+    devices_per_node: PositiveInt = 1
+    memory_gib_per_device: float | None = Field(default=None, gt=0)
+    precisions: list[Precision]  # what the device computes natively
+    default_precision: Precision
+    micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
+    seq_len: PositiveInt = 1024
+    distributed: Literal["gloo", "nccl", "rccl", "hccl", "vendor"] = "gloo"
+    paper_stack: str = ""  # what the paper ran it with
+
+    def adapter_instance(self) -> DeviceAdapter:
+        """The device adapter, or an UnavailableError naming this system and why."""
+        return require_adapter(self.adapter, system=self.id)
+
+
+def system_ids() -> list[str]:
+    return sorted(p.stem for p in (params_dir() / "systems").glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def load_system(system_id: str) -> System:
+    """Parse ``params/systems/<system_id>.yaml``."""
+    path = params_dir() / "systems" / f"{system_id}.yaml"
+    if not path.is_file():
+        raise ParameterError(f"unknown system {system_id!r}; known: {', '.join(system_ids())}")
+    try:
+        return System.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ParameterError(f"{path}: field {'.'.join(map(str, err['loc']))!r}: {err['msg']}") from None

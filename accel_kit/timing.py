@@ -1,0 +1,114 @@
+"""Timing: the one place clocks are read.
+
+Rules (see STYLE.md): synchronise the device before *and* after the timed work (queued
+asynchronous kernels would otherwise be charged to the wrong iteration or to none), time
+warm-up iterations (which include compilation, autotuning, allocator growth) but report
+them apart, keep every per-trial time, and summarise with robust statistics (median and
+inter-quartile range) rather than the mean.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+# A point whose trials vary more than this (coefficient of variation) is flagged noisy.
+DEFAULT_NOISY_CV = 0.05
+
+
+@dataclass
+class Timing:
+    """Per-trial times of one measured point, and their summary. All times in seconds."""
+
+    times_s: list[float]
+    warmup_times_s: list[float] = field(default_factory=list)
+    noisy_cv: float = DEFAULT_NOISY_CV
+
+    def __post_init__(self) -> None:
+        if not self.times_s:
+            raise ValueError("a Timing needs at least one timed trial")
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+    @property
+    def iqr_s(self) -> float:
+        """Inter-quartile range (0 for fewer than 2 trials)."""
+        if len(self.times_s) < 2:
+            return 0.0
+        q = statistics.quantiles(self.times_s, n=4, method="inclusive")
+        return q[2] - q[0]
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation: sample standard deviation / mean (0 for one trial)."""
+        if len(self.times_s) < 2:
+            return 0.0
+        return statistics.stdev(self.times_s) / self.mean_s
+
+    @property
+    def noisy(self) -> bool:
+        return self.cv > self.noisy_cv
+
+    @property
+    def warmup_total_s(self) -> float:
+        return sum(self.warmup_times_s)
+
+    def summary(self) -> dict:
+        """Flat dict for a result record (units in the names)."""
+        return {
+            "time_median_s": self.median_s,
+            "time_mean_s": self.mean_s,
+            "time_min_s": self.min_s,
+            "time_iqr_s": self.iqr_s,
+            "time_cv": self.cv,
+            "noisy": self.noisy,
+            "trials": len(self.times_s),
+            "warmup_total_s": self.warmup_total_s,
+        }
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
+            warmup: int = 2, trials: int = 5, noisy_cv: float = DEFAULT_NOISY_CV,
+            on_trial: Callable[[int, float], None] | None = None) -> Timing:
+    """Time ``fn`` (one iteration of the work) ``trials`` times after ``warmup`` untimed-for-results runs.
+
+    Args:
+        fn: runs one iteration; its return value is ignored.
+        synchronize: blocks until the device is idle (the adapter's ``synchronize``).
+        warmup: iterations run first (compile, autotune); their times are kept apart.
+        trials: timed iterations; each is synchronised on both sides.
+        on_trial: called with (trial index, seconds) after each timed trial (progress bars).
+    Returns:
+        Timing with per-trial and warm-up times.
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    warmup_times = [_timed(fn, synchronize) for _ in range(warmup)]
+    times = []
+    for i in range(trials):
+        times.append(_timed(fn, synchronize))
+        if on_trial is not None:
+            on_trial(i, times[-1])
+    return Timing(times_s=times, warmup_times_s=warmup_times, noisy_cv=noisy_cv)
+
+
+def _timed(fn: Callable[[], object], synchronize: Callable[[], None]) -> float:
+    synchronize()  # nothing queued before the clock starts
+    start = time.perf_counter()
+    fn()
+    synchronize()  # everything fn queued has finished before the clock stops
+    return time.perf_counter() - start
