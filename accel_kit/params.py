@@ -65,6 +65,10 @@ def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
     if unknown:
         raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for study {study!r}; "
                              f"known: {', '.join(cls.model_fields)}")
+    # papermill passes `-p batch_sizes '[4]'` as the string "[4]": YAML-parse strings given to
+    # fields that are not plain strings, so papermill and the CLI accept the same spellings.
+    values = {k: parse_value(v) if isinstance(v, str) and cls.model_fields[k].annotation is not str else v
+              for k, v in values.items()}
     try:
         return cls.model_validate(values)
     except ValidationError as exc:

@@ -1,0 +1,98 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from accel_kit import results
+
+
+def _record(i=0, status="ok", **kw):
+    return results.make_record(study="s", system="cpu", status=status, params={"batch_size": i}, run_id="r",
+                               metrics={"tflops": float(i)}, **kw)
+
+
+def test_make_record_fields():
+    rec = _record(reason=None)
+    for key in ("schema_version", "record_id", "run_id", "timestamp", "study", "system", "status", "params",
+                "metrics", "times_s", "env"):
+        assert key in rec
+    with pytest.raises(ValueError, match="reason"):
+        _record(status="oom")
+    with pytest.raises(ValueError, match="status"):
+        _record(status="fine")
+
+
+def test_non_finite_metric_is_null():
+    rec = results.make_record(study="s", system="cpu", status="ok", params={}, run_id="r",
+                              metrics={"x": float("nan")})
+    assert rec["metrics"]["x"] is None
+
+
+def test_append_and_load(tmp_path):
+    path = tmp_path / "s" / "cpu.jsonl"
+    for i in range(3):
+        results.append_record(path, _record(i))
+    df = results.load(tmp_path)
+    assert list(df["batch_size"]) == [0, 1, 2]
+    assert list(df["tflops"]) == [0.0, 1.0, 2.0]
+
+
+def test_partial_tail_is_skipped_then_repaired(tmp_path):
+    path = tmp_path / "cpu.jsonl"
+    results.append_record(path, _record(1))
+    with open(path, "a") as f:  # a writer killed mid-record
+        f.write('{"schema_version": 1, "stud')
+    with pytest.warns(UserWarning, match="incomplete"):
+        assert len(results.load(path)) == 1
+    results.append_record(path, _record(2))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line) for line in lines)
+
+
+def test_kill_during_appends_leaves_only_whole_records(tmp_path):
+    # A child appends records as fast as it can and is SIGKILLed; every line read back is whole.
+    path = tmp_path / "cpu.jsonl"
+    code = textwrap.dedent(f"""
+        from accel_kit import results
+        rec = results.make_record(study="s", system="cpu", status="ok", params={{"pad": "x" * 20000}},
+                                  run_id="r", metrics={{}})
+        while True:
+            results.append_record({str(path)!r}, rec)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        for _ in range(200):
+            if path.exists() and path.stat().st_size > 200_000:
+                break
+            import time
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    n = sum(1 for _ in results.iter_records(path))
+    assert n >= 1
+    results.append_record(path, _record(9))
+    assert sum(1 for _ in results.iter_records(path)) == n + 1
+
+
+def test_latest_keeps_newest(tmp_path):
+    path = tmp_path / "cpu.jsonl"
+    a, b = _record(1), _record(1)
+    a["timestamp"], b["timestamp"] = "2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00"
+    b["metrics"]["tflops"] = 5.0
+    results.append_record(path, a)
+    results.append_record(path, b)
+    df = results.latest(results.load(path), ["batch_size"])
+    assert list(df["tflops"]) == [5.0]
+
+
+def test_environment_has_provenance():
+    from accel_kit.devices import get_adapter
+
+    env = results.environment(get_adapter("cpu"))
+    for key in ("python", "torch", "transformers", "host", "git", "device", "math_mode"):
+        assert key in env
+    assert env["device"]["adapter"] == "cpu"
