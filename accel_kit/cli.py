@@ -33,9 +33,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         with pd.option_context("display.max_rows", 200, "display.width", 200, "display.max_columns", 30):
             print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    figs = run.figures(save=True)
-    print(f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) "
-          f"-> {run.records_path}; {len(figs)} figures -> {run.study_dir / 'figures'}")
+    summary = (f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) "
+               f"-> {run.records_path}")
+    if not args.no_figures:
+        figs = run.figures(save=True)
+        summary += f"; {len(figs)} figures -> {run.study_dir / 'figures'}"
+    print(summary)
     return 0
 
 
@@ -65,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="override a parameter; VALUE is parsed as YAML (e.g. -p batch_sizes '[4]')")
     run.add_argument("--output-dir", default=None, help="results root (default: <project>/outputs)")
+    run.add_argument("--no-figures", action="store_true", help="skip the HTML figures (no plotly needed)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
     run.set_defaults(func=_cmd_run)
 
