@@ -1,0 +1,106 @@
+"""A GPT-2-architecture language model built from ``accel_kit.models.block.Block``.
+
+Learned absolute positions, pre-LayerNorm blocks, a final LayerNorm and an output
+projection tied to the token embedding (Radford et al. 2019). Options that trade memory
+for compute: activation checkpointing per block (``activation_checkpointing``).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from accel_kit.models.block import Block, BlockConfig
+
+IGNORE_INDEX = -100  # targets with this value (padding) do not count in the loss
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape of a GPT model. ``vocab_size`` is the tokenizer's; the embedding may be padded."""
+
+    n_layers: int
+    n_heads: int
+    hidden_size: int
+    vocab_size: int = 50257
+    seq_len: int = 1024  # context length (size of the position table)
+    mlp_ratio: int = 4
+    pad_vocab_multiple: int = 1  # e.g. 64: 50257 -> 50304 rows, faster matmuls; recorded in results
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.n_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    @property
+    def block(self) -> BlockConfig:
+        return BlockConfig(self.hidden_size, self.n_heads, self.mlp_ratio)
+
+    def replace(self, **changes) -> "GPTConfig":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"padded_vocab_size": self.padded_vocab_size}
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer LM. ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``."""
+
+    def __init__(self, cfg: GPTConfig, *, activation_checkpointing: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.activation_checkpointing = activation_checkpointing
+        self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
+        self.wpe = nn.Embedding(cfg.seq_len, cfg.hidden_size)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.h = nn.ModuleList(Block(cfg.block) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.hidden_size)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied (GPT-2)
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layers) so the residual stream's
+        # variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * cfg.n_layers) ** 0.5)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.cfg.seq_len:
+            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, h)
+        for block in self.h:
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)  # keep only block inputs; recompute in backward
+            else:
+                x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V_padded)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return logits, loss
+
+    def num_params(self, *, non_embedding: bool = False) -> int:
+        """Unique parameters (the tied output projection counted once); optionally without embeddings."""
+        n = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        if non_embedding:
+            n -= self.wte.weight.numel() + self.wpe.weight.numel()
+        return n

@@ -1,0 +1,68 @@
+"""Will a training configuration fit a device? An estimate made before anything is allocated.
+
+Bytes per parameter (mixed precision keeps fp32 master weights, as ``torch.autocast`` does):
+weights 4 + gradients 4 + AdamW moments 8 = 16, plus a 2-byte low-precision copy of the
+weights under autocast. Activations per layer follow Korthikanti et al. 2022 ("Reducing
+Activation Recomputation in Large Transformer Models", section 4.1): s*b*h*(34 + 5*a*s/h)
+bytes with 16-bit activations; the 5*a*s/h term is the stored attention-score matrix,
+which flash / memory-efficient attention never materialises. fp32 activations double it.
+With activation checkpointing only each block's input (2*s*b*h bytes at 16 bit) is kept,
+plus one block's full activations during its recomputation.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from accel_kit.models.gpt import GPTConfig
+
+GiB = 2**30
+
+
+@dataclass
+class MemoryEstimate:
+    params: int
+    weights_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.logits_bytes
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items()} | {"total_gib": self.total_bytes / GiB}
+
+    def describe(self) -> str:
+        parts = {"weights": self.weights_bytes, "grads": self.grads_bytes, "optimizer": self.optimizer_bytes,
+                 "activations": self.activations_bytes, "logits": self.logits_bytes}
+        return f"{self.total_bytes / GiB:.1f} GiB (" + ", ".join(f"{k} {v / GiB:.1f}" for k, v in parts.items()) + ")"
+
+
+def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
+                             activation_checkpointing: bool = False, flash_attention: bool = True,
+                             zero_shards: int = 1) -> MemoryEstimate:
+    """Bytes one device needs to train ``cfg`` at (micro_batch, seq_len) with AdamW.
+
+    ``zero_shards`` > 1 divides the optimizer state (DeepSpeed ZeRO stage 1 over that many ranks).
+    """
+    mixed = precision in ("fp16", "bf16")
+    weights = n_params * (4 + (2 if mixed else 0))
+    grads = n_params * 4
+    optimizer = n_params * 8 // max(1, zero_shards)
+    act_scale = 1 if mixed else 2  # the 34 sbh figure is for 16-bit activations
+    s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
+    per_layer = s * b * h * 34 + (0 if flash_attention else 5 * a * s * s * b)
+    if activation_checkpointing:
+        activations = act_scale * (cfg.n_layers * 2 * s * b * h + per_layer)
+    else:
+        activations = act_scale * cfg.n_layers * per_layer
+    # logits in the compute dtype plus their fp32 copy for the loss, and its gradient
+    logits = b * s * cfg.padded_vocab_size * ((2 if mixed else 4) + 4 + 4)
+    return MemoryEstimate(n_params, weights, grads, optimizer, activations, logits)
+
+
+def fits(estimate: MemoryEstimate, device_bytes: int | None, *, usable_fraction: float = 0.9) -> bool:
+    """True when the estimate is within ``usable_fraction`` of the device (allocator slack); unknown memory fits."""
+    return device_bytes is None or estimate.total_bytes <= usable_fraction * device_bytes
