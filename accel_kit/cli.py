@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
     run.set_defaults(func=_cmd_run)
 
+    from accel_kit.data.cli import add_prepare_parser
+
+    add_prepare_parser(sub)
+
     systems = sub.add_parser("systems", help="list systems and whether each is available here")
     systems.set_defaults(func=_cmd_systems)
     return parser
