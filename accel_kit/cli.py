@@ -33,7 +33,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         with pd.option_context("display.max_rows", 200, "display.width", 200, "display.max_columns", 30):
             print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    summary = (f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}) "
+    reused = f", {run.reused} from earlier runs" if run.reused else ""
+    summary = (f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}{reused}) "
                f"-> {run.records_path}")
     if not args.no_figures:
         figs = run.figures(save=True)
@@ -51,6 +52,26 @@ def _cmd_systems(args: argparse.Namespace) -> int:
         status = get_adapter(system.adapter).availability()
         print(f"{sid:10s} {system.adapter:6s} {'available' if status else 'unavailable: ' + status.reason}"
               f"  | {system.description}")
+    return 0
+
+
+def _cmd_jobscript(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from accel_kit import studies
+    from accel_kit.systems import load_system
+    from accel_kit.train.launch import render_jobscript
+
+    studies.study_module(args.study)  # a one-line error for an unknown study
+    system = load_system(args.system)
+    path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{args.scheduler}.sh")
+    text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
+                            devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
+                            path=str(path), overrides=[(n, v) for n, v in args.param or []])
+    path.write_text(text)
+    path.chmod(0o755)
+    print(f"wrote {path}: {args.nodes} node(s) x {system.devices_per_node} devices of {system.id}; "
+          f"submit with {'qsub' if args.scheduler == 'pbs' else 'sbatch'} {path}")
     return 0
 
 
@@ -72,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
     run.set_defaults(func=_cmd_run)
 
+    job = sub.add_parser("jobscript", help="write a PBS or Slurm job script that runs a study on several nodes")
+    job.add_argument("study")
+    job.add_argument("--system", required=True)
+    job.add_argument("--nodes", type=int, required=True)
+    job.add_argument("--scheduler", choices=["pbs", "slurm"], default="pbs")
+    job.add_argument("--profile", default="full")
+    job.add_argument("--walltime", default="01:00:00")
+    job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")
+    job.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
+                     help="parameter override passed to the run")
+    job.set_defaults(func=_cmd_jobscript)
+
     from accel_kit.data.cli import add_prepare_parser
 
     add_prepare_parser(sub)
@@ -84,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "param", None):
+    if getattr(args, "param", None) and args.command == "run":
         try:
             args.param = [_parse_override(p) for p in args.param]
         except AccelKitError as exc:

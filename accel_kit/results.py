@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import importlib.metadata
 import json
 import math
 import os
@@ -184,10 +185,9 @@ def environment(adapter=None) -> dict[str, Any]:
         "git": git_commit(),
         "argv": sys.argv[:1],
     }
-    try:
-        import transformers
-        env["transformers"] = transformers.__version__
-    except ImportError:
+    try:  # the version without importing the package (seconds saved in every worker)
+        env["transformers"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
         env["transformers"] = None
     if adapter is not None:
         desc = adapter.describe()

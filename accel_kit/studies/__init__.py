@@ -22,6 +22,9 @@ from accel_kit.systems import load_system
 # Study name -> module. Adding a study is its module, its params/<study>/ profiles and one line here.
 STUDIES: dict[str, str] = {
     "microbenchmark": "accel_kit.studies.microbenchmark",
+    "scaling": "accel_kit.studies.scaling",
+    "seq_length": "accel_kit.studies.seq_length",
+    "gas": "accel_kit.studies.gas",
 }
 
 
@@ -47,9 +50,17 @@ class StudyRun:
         return records_path(self.study_dir, self.system)
 
     def df(self) -> pd.DataFrame:
-        """This run's records."""
-        df = results.load(self.records_path)
-        return df[df["run_id"] == self.run_id].reset_index(drop=True) if not df.empty else df
+        """This run's records (including those of earlier runs it resumed from)."""
+        df = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
+        if df.empty:
+            return df
+        ids = {rec["record_id"] for rec in self.records}
+        return df[df["record_id"].isin(ids)].reset_index(drop=True)
+
+    @property
+    def reused(self) -> int:
+        """How many of the records come from an earlier run (points skipped on resume)."""
+        return sum(rec["run_id"] != self.run_id for rec in self.records)
 
     def table(self) -> pd.DataFrame:
         """The study's summary table of this run."""

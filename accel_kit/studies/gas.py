@@ -1,0 +1,66 @@
+"""Study 2c: gradient accumulation (paper Figure 6): throughput against GAS at several micro-batch sizes.
+
+GAS k runs k micro-batches per optimizer step with one gradient all-reduce, so larger GAS
+amortises communication and the optimizer step over more tokens.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from pydantic import Field, PositiveInt
+
+from accel_kit import results
+from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.systems import System
+
+STUDY = "gas"
+KEYS = ["system", "preset", "precision", "devices", "micro_batch_size", "gas"]
+
+
+class Params(TrainingParams):
+    gas_values: list[PositiveInt] = Field(default=[1, 4], min_length=1)
+    micro_batch_sizes: list[PositiveInt] = Field(default=[16], min_length=1)
+
+
+def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
+        progress: bool = True) -> list[dict]:
+    points = [make_point(params, system, micro_batch_size=mb, gas=g)
+              for mb in sorted(set(params.micro_batch_sizes)) for g in sorted(set(params.gas_values))]
+    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+                      progress=progress)
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Throughput per (micro-batch, GAS) and the gain over GAS 1 at the same micro-batch."""
+    if df.empty:
+        return df
+    df = results.latest(df, KEYS).sort_values(KEYS).copy()
+    cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", "mfu_measured_pct", "reason"]
+    df = df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+    base = df[(df["gas"] == df.groupby(KEYS[:-1])["gas"].transform("min")) & (df["status"] == "ok")]
+    base = base.set_index(KEYS[:-1])["tokens_per_s"]
+    df["gain_vs_smallest_gas"] = [r.tokens_per_s / base.get(tuple(getattr(r, k) for k in KEYS[:-1]), float("nan"))
+                                  if r.status == "ok" else float("nan") for r in df.itertuples()]
+    return df
+
+
+def figures(df: pd.DataFrame) -> dict:
+    """Figure 6: tokens/s and samples/s against GAS, one line per micro-batch size."""
+    from accel_kit import plots
+
+    if df.empty:
+        return {}
+    ok = results.latest(df, KEYS)
+    ok = ok[ok["status"] == "ok"]
+    if ok.empty:
+        return {}
+    group = ["system", "precision", "micro_batch_size"]
+    return {
+        "gas_tokens_per_s": plots.line(ok, x="gas", y="tokens_per_s", group=group, log_x=True,
+                                       title="Training throughput against gradient accumulation steps",
+                                       x_title="GAS", y_title="tokens / s", hover=["global_batch_size"]),
+        "gas_samples_per_s": plots.line(ok, x="gas", y="samples_per_s", group=group, log_x=True,
+                                        title="Samples per second against gradient accumulation steps",
+                                        x_title="GAS", y_title="samples / s", hover=["global_batch_size"]),
+    }

@@ -1,0 +1,68 @@
+"""Study 2a: GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
+
+Data parallel (DDP or DeepSpeed ZeRO-1), one point per device count; speedup and scaling
+efficiency are against the smallest count measured: speedup = T_N / T_N0, efficiency =
+speedup / (N / N0). On a CPU the "devices" are gloo processes sharing its cores.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from pydantic import Field, PositiveInt
+
+from accel_kit import results
+from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.systems import System
+
+STUDY = "scaling"
+KEYS = ["system", "preset", "precision", "devices"]
+
+
+class Params(TrainingParams):
+    device_counts: list[PositiveInt] = Field(default=[1, 2, 4, 8], min_length=1)
+
+
+def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
+        progress: bool = True) -> list[dict]:
+    points = [make_point(params, system, devices=n) for n in sorted(set(params.device_counts))]
+    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+                      progress=progress)
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table II: throughput, speedup and scaling efficiency per system and device count."""
+    if df.empty:
+        return df
+    df = results.latest(df, KEYS).sort_values(KEYS)
+    rows = []
+    for _, g in df.groupby(["system", "preset", "precision"], sort=True):
+        ok = g[g["status"] == "ok"]
+        base = ok.iloc[0] if not ok.empty else None
+        for _, r in g.iterrows():
+            row = {k: r[k] for k in KEYS} | {"status": r["status"], "global_batch_size": r.get("global_batch_size"),
+                                            "tokens_per_s": r.get("tokens_per_s"),
+                                            "tokens_per_s_per_device": r.get("tokens_per_s_per_device"),
+                                            "mfu_measured_pct": r.get("mfu_measured_pct"),
+                                            "reason": r.get("reason")}
+            if base is not None and r["status"] == "ok":
+                speedup = r["tokens_per_s"] / base["tokens_per_s"]
+                row["speedup"] = speedup
+                row["scaling_efficiency_pct"] = 100 * speedup / (r["devices"] / base["devices"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def figures(df: pd.DataFrame) -> dict:
+    """Figure 5: tokens/s against device count, log-log, one line per system."""
+    from accel_kit import plots
+
+    ok = results.latest(df, KEYS) if not df.empty else df
+    ok = ok[ok["status"] == "ok"] if not ok.empty else ok
+    if ok.empty:
+        return {}
+    fig = plots.line(ok, x="devices", y="tokens_per_s", group=["system", "preset", "precision"],
+                     title="Training throughput against device count", x_title="devices",
+                     y_title="tokens / s", log_x=True, log_y=True,
+                     hover=["tokens_per_s_per_device", "mfu_measured_pct", "global_batch_size"])
+    return {"scaling_throughput": fig}

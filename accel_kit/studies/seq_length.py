@@ -1,0 +1,72 @@
+"""Study 2b: throughput and memory against sequence length, 1K to 64K (paper Table III).
+
+Points that do not fit are part of the result: a configuration that runs out of memory
+(or is estimated not to fit) at some length has its longer lengths recorded as skipped.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from pydantic import Field, PositiveInt
+
+from accel_kit import results
+from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.systems import System
+
+STUDY = "seq_length"
+KEYS = ["system", "preset", "precision", "devices", "seq_len"]
+
+
+class Params(TrainingParams):
+    seq_lens: list[PositiveInt] = Field(default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], min_length=1)
+
+
+def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
+        progress: bool = True) -> list[dict]:
+    # Ascending, so the memory frontier is found before the longer lengths are tried.
+    points = [make_point(params, system, seq_len=s) for s in sorted(set(params.seq_lens))]
+    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+                      progress=progress)
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Table III: one row per length, with what did not fit and why."""
+    if df.empty:
+        return df
+    df = results.latest(df, KEYS).sort_values(KEYS)
+    cols = KEYS + ["status", "tokens_per_s", "tokens_per_s_per_device", "mem_peak_gib", "mem_estimate_gib",
+                   "mfu_measured_pct", "reason"]
+    return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+
+
+def figures(df: pd.DataFrame) -> dict:
+    """Throughput and peak memory against sequence length; lengths that did not fit marked on the axis."""
+    import plotly.graph_objects as go
+
+    from accel_kit import plots
+
+    if df.empty:
+        return {}
+    latest = results.latest(df, KEYS)
+    ok = latest[latest["status"] == "ok"]
+    figs = {}
+    if not ok.empty:
+        fig = plots.line(ok, x="seq_len", y="tokens_per_s", group=["system", "preset", "devices"],
+                         title="Training throughput against sequence length", x_title="sequence length (tokens)",
+                         y_title="tokens / s", log_x=True, hover=["mem_peak_gib", "mfu_measured_pct"])
+        failed = latest[latest["status"] != "ok"]
+        if not failed.empty:
+            fig.add_trace(go.Scatter(
+                x=failed["seq_len"], y=[0] * len(failed), mode="markers", name="did not run",
+                marker=dict(symbol="x", size=12, color="crimson"), text=failed["status"] + ": " + failed["reason"],
+                hovertemplate="seq_len=%{x}<br>%{text}<extra></extra>"))
+        fig.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+        figs["seq_length_throughput"] = fig
+        if ok["mem_peak_gib"].notna().any():
+            mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=["system", "preset", "devices"],
+                             title="Peak memory per device against sequence length",
+                             x_title="sequence length (tokens)", y_title="GiB", log_x=True)
+            mem.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+            figs["seq_length_memory"] = mem
+    return figs

@@ -1,0 +1,123 @@
+"""How a point's worker processes are started: locally (one process or torchrun), or across
+nodes inside a batch job (mpiexec as on ALCF Polaris, srun under Slurm), plus job scripts.
+
+Inside a job the sweep runner still runs on the first node and starts each point with one
+``mpiexec``/``srun`` call; the worker maps the launcher's rank variables to torch's
+(RANK, WORLD_SIZE, LOCAL_RANK) and meets its peers at MASTER_ADDR:MASTER_PORT.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+LAUNCHERS = ("local", "mpiexec", "srun")
+WORKER = ["-m", "accel_kit.train.worker"]
+
+# Rank variables of common launchers: (rank, world size, local rank).
+_RANK_VARS = [
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),  # torchrun
+    ("PMI_RANK", "PMI_SIZE", "PALS_LOCAL_RANKID"),  # Cray PALS mpiexec (Polaris)
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),  # MPICH hydra
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),  # srun
+]
+
+
+def distributed_env(environ: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from whichever launcher started this process; (0, 1, 0) alone."""
+    env = os.environ if environ is None else environ
+    for rank, world, local in _RANK_VARS:
+        if rank in env and world in env:
+            return int(env[rank]), int(env[world]), int(env.get(local, 0))
+    return 0, 1, 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_hosts() -> list[str]:
+    """Hosts of the current batch job (PBS nodefile or Slurm nodelist); [this host] outside a job."""
+    nodefile = os.environ.get("PBS_NODEFILE")
+    if nodefile and Path(nodefile).exists():
+        return list(dict.fromkeys(Path(nodefile).read_text().split()))
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if nodelist:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()
+    return [socket.gethostname()]
+
+
+def worker_command(launcher: str, devices: int, nodes: int, *,
+                   force_group: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
+
+    ``force_group`` starts even a single local rank under torchrun (engines that initialise
+    torch.distributed themselves need its environment).
+    """
+    per_node = -(-devices // nodes)
+    if launcher == "local":
+        if nodes > 1:
+            raise ValueError(f"{devices} devices need {nodes} nodes: run inside a batch job "
+                             "(accel-kit jobscript) with launcher mpiexec or srun")
+        if devices == 1 and not force_group:
+            return [sys.executable, *WORKER], {}
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
+                *WORKER], {}
+    env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(free_port())}
+    if launcher == "mpiexec":
+        return ["mpiexec", "-n", str(devices), "--ppn", str(per_node), sys.executable, *WORKER], env
+    if launcher == "srun":
+        return ["srun", f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
+                sys.executable, *WORKER], env
+    raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+
+
+PBS_TEMPLATE = """#!/bin/bash
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro with mpiexec
+# (as on ALCF Polaris). Submit with: qsub {path}
+#PBS -N accel-kit-{study}
+#PBS -l select={nodes}
+#PBS -l walltime={walltime}
+#PBS -l filesystems=home
+#PBS -j oe
+##PBS -A <your project>  # uncomment and set
+##PBS -q <queue>
+set -euo pipefail
+cd "${{PBS_O_WORKDIR:-{workdir}}}"
+# Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit
+accel-kit run {study} --system {system} --profile {profile} -p launcher mpiexec -p max_nodes {nodes}{extra}
+"""
+
+SLURM_TEMPLATE = """#!/bin/bash
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm with srun.
+# Submit with: sbatch {path}
+#SBATCH --job-name=accel-kit-{study}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node={devices_per_node}
+#SBATCH --time={walltime}
+##SBATCH --account=<your account>  # uncomment and set
+##SBATCH --partition=<partition>
+set -euo pipefail
+cd "${{SLURM_SUBMIT_DIR:-{workdir}}}"
+# Activate the environment accel-kit is installed in.
+accel-kit run {study} --system {system} --profile {profile} -p launcher srun -p max_nodes {nodes}{extra}
+"""
+
+
+def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
+                     walltime: str, path: str, overrides: list[tuple[str, str]] | None = None) -> str:
+    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes."""
+    templates = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
+    if scheduler not in templates:
+        raise ValueError(f"scheduler must be pbs or slurm, got {scheduler!r}")
+    extra = "".join(f" -p {name} '{value}'" for name, value in overrides or [])
+    return templates[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
+                                       profile=profile, walltime=walltime, path=path, workdir=os.getcwd(),
+                                       extra=extra)

@@ -1,0 +1,128 @@
+"""One training step, shared by every study: AdamW, clipping, schedule, precision, GAS.
+
+Precision: ``fp32`` runs in fp32 throughout; ``bf16`` and ``fp16`` keep fp32 master weights
+and run the forward/backward under ``torch.autocast`` (fp16 adds a gradient scaler, since
+its 5-bit exponent underflows small gradients). Gradient accumulation runs ``gas``
+micro-batches per optimizer step; under DDP the gradient all-reduce is skipped
+(``no_sync``) on all but the last, so communication happens once per step.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from accel_kit.devices import dtype_of
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite; ``step`` says when."""
+
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"non-finite loss {loss} at step {step}")
+        self.step = step
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 6e-4
+    min_lr: float = 6e-5
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables
+    warmup_steps: int = 10
+    decay_steps: int = 1000  # cosine from lr to min_lr over this many steps after warm-up
+
+
+def make_optimizer(model: nn.Module, cfg: OptimConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not biases, LayerNorm); fused where the device has it."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # Fused AdamW: one kernel for all parameters instead of a dozen per tensor (CUDA; CPU since torch 2.4).
+    fused = device.type in ("cuda", "cpu")
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
+
+
+def learning_rate(step: int, cfg: OptimConfig) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr`` (GPT-3 / nanoGPT schedule)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.decay_steps))
+    return cfg.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+class Trainer:
+    """Holds model, optimizer and precision state; ``step()`` runs one optimizer step over ``gas`` micro-batches.
+
+    Args:
+        model: the (possibly DDP-wrapped) model; ``model(x, y)`` returns ``(logits, loss)``.
+        batches: yields ``(x, y)`` micro-batches on any device (moved here).
+        device: where to compute.
+        precision: fp32 / fp16 / bf16.
+        gas: micro-batches per optimizer step.
+        optim: optimizer settings.
+        after_step: called after each optimizer step (e.g. re-applying a sparsity mask).
+    """
+
+    def __init__(self, model: nn.Module, batches: Iterator, device: torch.device, precision: str, gas: int,
+                 optim: OptimConfig, *, after_step: Callable[[], None] | None = None):
+        self.model, self.batches, self.device, self.precision, self.gas = model, batches, device, precision, gas
+        self.optim_cfg = optim
+        self.optimizer = make_optimizer(model, optim, device)
+        self.after_step = after_step
+        self.step_count = 0
+        mixed = precision in ("fp16", "bf16")
+        self._autocast = (torch.autocast(device.type, dtype=dtype_of(precision)) if mixed
+                          else contextlib.nullcontext())
+        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+
+    def _no_sync(self, last: bool):
+        no_sync = getattr(self.model, "no_sync", None)
+        return contextlib.nullcontext() if last or no_sync is None else no_sync()
+
+    def accumulate(self) -> torch.Tensor:
+        """Forward and backward over ``gas`` micro-batches; leaves the summed gradients in ``.grad``.
+
+        Returns the mean micro-batch loss as a device tensor (no sync).
+        """
+        total = torch.zeros((), device=self.device)
+        for micro in range(self.gas):
+            x, y = next(self.batches)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with self._no_sync(last=micro == self.gas - 1):
+                with self._autocast:
+                    _, loss = self.model(x, y)
+                loss = loss / self.gas  # mean over the accumulated micro-batches
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            total += loss.detach()
+        return total
+
+    def step(self) -> float:
+        """One optimizer step; returns the mean micro-batch loss (a Python float, which syncs the device)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.step_count, self.optim_cfg)
+        total = self.accumulate()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.optim_cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim_cfg.grad_clip)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.after_step is not None:
+            self.after_step()
+        self.step_count += 1
+        value = total.item()
+        if not math.isfinite(value):
+            raise NonFiniteLoss(self.step_count, value)
+        return value

@@ -1,0 +1,75 @@
+"""The sweep runner: isolation, OOM, frontier, resume after SIGKILL."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from accel_kit import results, studies
+
+TINY = dict(preset="gpt2-debug", vocab_size=128, precision="bf16", micro_batch_size=2, steps=2, warmup_steps=1,
+            data="synthetic", measure_peak=False, timeout_s=120)
+
+
+def test_oom_is_recorded_and_longer_sequences_skipped(out_dir):
+    # A real out-of-memory: the point's process gets a 0.8 GiB data cap; long sequences exceed it.
+    run = studies.run_study("seq_length", "cpu", None, progress=False, seq_lens=[32, 4096, 8192],
+                            memory_limit_gib=0.8, **(TINY | {"micro_batch_size": 8, "vocab_size": 50257}))
+    statuses = [r["status"] for r in run.records]
+    assert statuses == ["ok", "oom", "skipped"], [r.get("reason") for r in run.records]
+    assert "allocate" in run.records[1]["reason"]
+    assert "memory frontier" in run.records[2]["reason"] and "4096" in run.records[2]["reason"]
+    assert run.records[0]["metrics"]["tokens_per_s"] > 0
+
+
+def test_model_that_cannot_fit_is_unsupported_before_allocation(out_dir):
+    run = studies.run_study("seq_length", "cpu", None, progress=False, seq_lens=[1024],
+                            **(TINY | {"preset": "genslm-25b", "vocab_size": None}))
+    rec = run.records[0]
+    assert rec["status"] == "unsupported" and "does not fit" in rec["reason"] and "GiB" in rec["reason"]
+    assert rec["metrics"]["mem_estimate_gib"] > 300
+
+
+def test_hang_is_killed_and_recorded(out_dir):
+    run = studies.run_study("gas", "cpu", None, progress=False, gas_values=[1], micro_batch_sizes=[2],
+                            **(TINY | {"timeout_s": 0.5}))
+    assert run.records[0]["status"] == "error" and "timeout" in run.records[0]["reason"]
+
+
+def test_records_carry_the_resolved_point(out_dir):
+    run = studies.run_study("gas", "cpu", None, progress=False, gas_values=[2], micro_batch_sizes=[2], seq_len=32,
+                            **TINY)
+    rec = run.records[0]
+    assert rec["status"] == "ok"
+    p, m = rec["params"], rec["metrics"]
+    assert p["gas"] == 2 and p["micro_batch_size"] == 2 and p["engine"] == "ddp" and p["data_source"] == "synthetic"
+    assert m["global_batch_size"] == 4 and m["data_parallel_size"] == 1
+    assert m["tokens_per_s"] == pytest.approx(4 * 32 / m["step_time_s"])
+    assert m["flops"] / m["step_time_s"] / 1e12 == pytest.approx(m["tflops_per_device"])
+    assert len(rec["times_s"]) == 2 and len(rec["warmup_times_s"]) == 1
+    assert m["loss_first"] > 0 and m["loss_last"] > 0
+
+
+def test_kill_and_resume(out_dir):
+    """SIGKILL a sweep mid-way; the rerun finishes it with no lost, duplicated or corrupt record."""
+    args = [sys.executable, "-m", "accel_kit.cli", "run", "gas", "--system", "cpu", "--profile", "quick", "-q",
+            "--no-figures", "-p", "gas_values", "[1, 2, 3]", "-p", "micro_batch_sizes", "[1, 2]", "-p", "seq_len",
+            "32", "-p", "vocab_size", "128", "-p", "data", "synthetic", "-p", "measure_peak", "false"]
+    path = out_dir / "gas" / "cpu.jsonl"
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not path.exists() or len(path.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
+    assert 2 <= len(first) < 6
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    recs = list(results.iter_records(path))
+    keys = [r["params"]["point_key"] for r in recs]
+    assert len(recs) == 6 and len(set(keys)) == 6  # nothing lost, nothing run twice
+    assert all(r["status"] == "ok" for r in recs)
+    assert [r["record_id"] for r in recs[:len(first)]] == [r["record_id"] for r in first]  # earlier ones untouched

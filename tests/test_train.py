@@ -1,0 +1,118 @@
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from accel_kit.models import build_model
+from accel_kit.train import NonFiniteLoss, OptimConfig, Trainer, learning_rate
+from accel_kit.train.launch import distributed_env, render_jobscript, worker_command
+from accel_kit.train.point import TrainPoint
+
+VOCAB, SEQ = 97, 16
+
+
+def _batches(n, batch, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, VOCAB, (n * batch, SEQ + 1), generator=g)
+    return [(data[i * batch:(i + 1) * batch, :-1], data[i * batch:(i + 1) * batch, 1:]) for i in range(n)]
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return build_model("gpt2-debug", vocab_size=VOCAB, seq_len=SEQ)
+
+
+def test_gas_equals_one_big_batch():
+    (x, y), = _batches(1, 8)
+    big = Trainer(_model(), iter([(x, y)]), torch.device("cpu"), "fp32", 1, OptimConfig())
+    big.accumulate()
+    small = Trainer(_model(), iter([(x[i * 2:(i + 1) * 2], y[i * 2:(i + 1) * 2]) for i in range(4)]),
+                    torch.device("cpu"), "fp32", 4, OptimConfig())
+    small.accumulate()
+    for (name, a), b in zip(big.model.named_parameters(), small.model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_step_updates_and_schedules():
+    cfg = OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=10)
+    assert learning_rate(0, cfg) == pytest.approx(5e-4) and learning_rate(1, cfg) == pytest.approx(1e-3)
+    assert learning_rate(12, cfg) == pytest.approx(1e-4) and learning_rate(100, cfg) == pytest.approx(1e-4)
+    trainer = Trainer(_model(), iter(_batches(3, 2)), torch.device("cpu"), "bf16", 1, cfg)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    losses = [trainer.step() for _ in range(3)]
+    assert all(l > 0 for l in losses) and trainer.step_count == 3
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_fp16_uses_a_scaler():
+    trainer = Trainer(_model(), iter(_batches(1, 2)), torch.device("cpu"), "fp16", 1, OptimConfig())
+    assert trainer.scaler is not None
+    assert trainer.step() > 0
+
+
+def test_non_finite_loss_stops_with_the_step():
+    model = _model()
+    with torch.no_grad():
+        model.ln_f.weight.fill_(float("nan"))
+    trainer = Trainer(model, iter(_batches(2, 2)), torch.device("cpu"), "fp32", 1, OptimConfig())
+    with pytest.raises(NonFiniteLoss, match="at step 1"):
+        trainer.step()
+
+
+def _ddp_rank(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    (x, y), = _batches(1, 4)
+    mine = (x[rank * 2:(rank + 1) * 2], y[rank * 2:(rank + 1) * 2])
+    model = torch.nn.parallel.DistributedDataParallel(_model())
+    Trainer(model, iter([mine]), torch.device("cpu"), "fp32", 1, OptimConfig(grad_clip=0.0)).step()
+    if rank == 0:
+        torch.save({k: v.detach() for k, v in model.module.state_dict().items()}, out)
+    dist.destroy_process_group()
+
+
+def test_two_process_ddp_equals_one_process(tmp_path):
+    from accel_kit.train.launch import free_port
+
+    out = tmp_path / "ddp.pt"
+    mp.spawn(_ddp_rank, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    (x, y), = _batches(1, 4)
+    single = Trainer(_model(), iter([(x, y)]), torch.device("cpu"), "fp32", 1, OptimConfig(grad_clip=0.0))
+    single.step()
+    ddp_state = torch.load(out)
+    for name, value in single.model.state_dict().items():
+        torch.testing.assert_close(ddp_state[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_point_identity_and_nodes():
+    p = TrainPoint(system="a100", preset="gpt2-xl", precision="fp16", micro_batch_size=1, seq_len=2048,
+                   devices=64, devices_per_node=4)
+    assert p.nodes == 16 and p.global_batch_size == 64
+    assert p.key() == p.model_copy(update={"peak_tflops_measured": 1.0}).key()
+    assert p.key() != p.model_copy(update={"gas": 2}).key()
+
+
+def test_launchers():
+    assert distributed_env({}) == (0, 1, 0)
+    assert distributed_env({"PMI_RANK": "3", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "3"}) == (3, 8, 3)
+    assert distributed_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == (5, 8, 1)
+    cmd, _ = worker_command("local", 2, 1)
+    assert "torch.distributed.run" in cmd and "--nproc_per_node=2" in cmd
+    with pytest.raises(ValueError, match="batch job"):
+        worker_command("local", 8, 2)
+    cmd, env = worker_command("mpiexec", 16, 4)
+    assert cmd[:5] == ["mpiexec", "-n", "16", "--ppn", "4"] and "MASTER_ADDR" in env
+    cmd, _ = worker_command("srun", 16, 4)
+    assert "--ntasks-per-node=4" in cmd
+
+
+@pytest.mark.parametrize("scheduler, marker", [("pbs", "#PBS -l select=4"), ("slurm", "#SBATCH --nodes=4")])
+def test_jobscripts(scheduler, marker):
+    text = render_jobscript(scheduler, study="scaling", system="a100", nodes=4, devices_per_node=4,
+                            profile="full", walltime="01:00:00", path="job.sh", overrides=[("steps", "20")])
+    assert marker in text and "accel-kit run scaling --system a100 --profile full" in text
+    assert "-p max_nodes 4" in text and "-p steps '20'" in text
