@@ -25,6 +25,8 @@ STUDIES: dict[str, str] = {
     "scaling": "accel_kit.studies.scaling",
     "seq_length": "accel_kit.studies.seq_length",
     "gas": "accel_kit.studies.gas",
+    "sparsity": "accel_kit.studies.sparsity",
+    "genslm": "accel_kit.studies.genslm",
 }
 
 
