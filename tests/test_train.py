@@ -116,3 +116,15 @@ def test_jobscripts(scheduler, marker):
                             profile="full", walltime="01:00:00", path="job.sh", overrides=[("steps", "20")])
     assert marker in text and "accel-kit run scaling --system a100 --profile full" in text
     assert "-p max_nodes 4" in text and "-p steps '20'" in text
+
+
+def test_deepspeed_zero1_two_processes(out_dir):
+    pytest.importorskip("deepspeed")
+    from accel_kit.train.sweep import run_worker
+
+    point = TrainPoint(system="cpu", preset="gpt2-debug", vocab_size=VOCAB, precision="bf16", micro_batch_size=2,
+                       gas=2, seq_len=SEQ, devices=2, devices_per_node=8, engine="deepspeed", steps=2, warmup_steps=1)
+    result = run_worker(point, timeout_s=600, cpu_threads=1)
+    assert result["status"] == "ok", result.get("reason")
+    assert result["metrics"]["data_parallel_size"] == 2 and result["metrics"]["global_batch_size"] == 8
+    assert result["metrics"]["tokens_per_s"] > 0
