@@ -63,6 +63,30 @@ def gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_size: in
     return forward * _direction_factor(direction)
 
 
+def sparse_gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_size: int, *,
+                               nonzero_block_weights: int, mlp_ratio: int = 4, direction: str = "forward_backward",
+                               include_lm_head: bool = True) -> int:
+    """*Effective* FLOPs per token of a GPT whose block weights are sparse: only non-zero weights count.
+
+    This is the work a device that skips zero weights does (Cerebras CS-2, the paper's
+    Figures 7-8). Each non-zero weight costs 2 FLOPs per token forward, as in
+    ``block_matmul_flops_per_token``; backward stays 2x forward because both of its
+    products shrink with the weights: dX = dY @ W touches only non-zero weights, and dW is
+    wanted only where W is not pruned (a pruned weight's gradient is discarded). Attention's
+    score products have no weights, and the output projection is tied to the (unpruned)
+    embedding, so those terms are the dense ones. With every block weight non-zero this
+    equals ``gpt_flops_per_token``.
+
+    Args:
+        nonzero_block_weights: non-zero weights in the linears of all ``n_layers`` blocks together.
+    """
+    dense_blocks = n_layers * block_matmul_flops_per_token(hidden, mlp_ratio)
+    dense_forward = gpt_flops_per_token(n_layers, hidden, seq_len, vocab_size, mlp_ratio=mlp_ratio,
+                                        direction="forward", include_lm_head=include_lm_head)
+    forward = dense_forward - dense_blocks + 2 * nonzero_block_weights
+    return forward * _direction_factor(direction)
+
+
 def tflops(flops: float, time_s: float) -> float:
     """Achieved TFLOP/s (10^12 FLOPs per second)."""
     if time_s <= 0:

@@ -39,12 +39,30 @@ def test_step_updates_and_schedules():
     cfg = OptimConfig(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=10)
     assert learning_rate(0, cfg) == pytest.approx(5e-4) and learning_rate(1, cfg) == pytest.approx(1e-3)
     assert learning_rate(12, cfg) == pytest.approx(1e-4) and learning_rate(100, cfg) == pytest.approx(1e-4)
-    trainer = Trainer(_model(), iter(_batches(3, 2)), torch.device("cpu"), "bf16", 1, cfg)
+    trainer = Trainer(_model(), iter(_batches(3, 2)), torch.device("cpu"), "fp32", 1, cfg)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     losses = [trainer.step() for _ in range(3)]
     assert all(l > 0 for l in losses) and trainer.step_count == 3
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def test_bf16_keeps_fp32_master_weights():
+    from accel_kit.train.step import cast_for_precision
+
+    with pytest.raises(ValueError, match="bf16 model"):
+        Trainer(_model(), iter([]), torch.device("cpu"), "bf16", 1, OptimConfig())
+    model = cast_for_precision(_model(), "bf16")
+    trainer = Trainer(model, iter(_batches(2, 2)), torch.device("cpu"), "bf16", 1, OptimConfig(warmup_steps=1))
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert all(m.dtype == torch.float32 for m in trainer.master)
+    first = [m.detach().clone() for m in trainer.master]
+    trainer.step()
+    trainer.step()
+    # the optimizer updated the fp32 masters; the bf16 model holds their rounding
+    assert any(not torch.equal(a, b) for a, b in zip(first, trainer.master))
+    for m, p in zip(trainer.master, trainer.params):
+        assert torch.equal(m.to(torch.bfloat16), p)
 
 
 def test_fp16_uses_a_scaler():

@@ -1,8 +1,9 @@
 """Will a training configuration fit a device? An estimate made before anything is allocated.
 
-Bytes per parameter (mixed precision keeps fp32 master weights, as ``torch.autocast`` does):
-weights 4 + gradients 4 + AdamW moments 8 = 16, plus a 2-byte low-precision copy of the
-weights under autocast. Activations per layer follow Korthikanti et al. 2022 ("Reducing
+Bytes per parameter (see ``accel_kit.train.step``): fp32 holds weights 4 + gradients 4 +
+AdamW moments 8 = 16; bf16 holds bf16 weights and gradients (2 + 2) beside fp32 master
+weights and their gradients (4 + 4) and the moments (8) = 20; fp16 (autocast) holds fp32
+weights, gradients and moments (16) plus a 2-byte cast of the weights = 18. Activations per layer follow Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models", section 4.1): s*b*h*(34 + 5*a*s/h)
 bytes with 16-bit activations; the 5*a*s/h term is the stored attention-score matrix,
 which flash / memory-efficient attention never materialises. fp32 activations double it.
@@ -49,7 +50,7 @@ def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, se
     """
     mixed = precision in ("fp16", "bf16")
     weights = n_params * (4 + (2 if mixed else 0))
-    grads = n_params * 4
+    grads = n_params * (4 + (2 if precision == "bf16" else 0))
     optimizer = n_params * 8 // max(1, zero_shards)
     act_scale = 1 if mixed else 2  # the 34 sbh figure is for 16-bit activations
     s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads

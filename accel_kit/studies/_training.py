@@ -107,12 +107,16 @@ def run_points(study: str, params: TrainingParams, system: System, points: list[
     """Resolve data and peaks, then run (or resume) the sweep."""
     params.check(system)
     system.adapter_instance()  # fail early, in one line, when the device is missing
-    data = resolve_data(params.data, records_path.parent.parent / "data", progress=progress)
+    # Per point, each distinct value once: a study may give its points different prepared folders
+    # (GenSLM prepares the genomes once per block size).
+    data = {d: resolve_data(d, records_path.parent.parent / "data", progress=progress)
+            for d in dict.fromkeys(p.data for p in points)}
     peaks: dict[str, float | None] = {}
     if params.measure_peak:
         for precision in sorted({p.precision for p in points}):
             peaks[precision] = measure_peak(system, precision)
-    points = [p.model_copy(update={"data": data, "peak_tflops_measured": peaks.get(p.precision)}) for p in points]
+    points = [p.model_copy(update={"data": data[p.data], "peak_tflops_measured": peaks.get(p.precision)})
+              for p in points]
     cpu_threads = None
     if system.adapter == "cpu":
         # Data-parallel ranks on a CPU share its cores: give each an equal slice, not all of them.

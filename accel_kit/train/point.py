@@ -5,7 +5,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from accel_kit.params import Precision
 
@@ -32,11 +32,26 @@ class TrainPoint(BaseModel):
     seed: int = 0
     activation_checkpointing: bool = False
     torch_compile: bool = False
+    # SDPA kernel: "auto" lets PyTorch choose; the others force one (accel_kit.train.attention).
+    attention_kernel: Literal["auto", "flash", "efficient", "math"] = "auto"
     lr: float = Field(default=6e-4, gt=0)
     weight_decay: float = Field(default=0.1, ge=0)
     grad_clip: float = Field(default=1.0, ge=0)
+    # Weight sparsity (accel_kit.sparsity): fraction of every block linear's weights pruned by magnitude,
+    # its pattern (2:4 is always 0.5), how the pruned layers execute, and dense steps after the sparse ones.
+    sparsity: float = Field(default=0.0, ge=0, lt=1)
+    sparsity_pattern: Literal["unstructured", "2:4"] = "unstructured"
+    sparse_kernels: Literal["dense", "auto"] = "dense"
+    dense_finetune_steps: int = Field(default=0, ge=0)
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on each worker process (CPU OOM tests)
     peak_tflops_measured: float | None = None  # the sweep's measured matmul peak for this precision
+
+    @model_validator(mode="after")
+    def _check_sparsity(self) -> "TrainPoint":
+        if self.sparsity_pattern == "2:4" and self.sparsity != 0.5:
+            raise ValueError(f"sparsity_pattern '2:4' keeps 2 of every 4 weights, so sparsity must be 0.5 "
+                             f"(got {self.sparsity})")
+        return self
 
     @property
     def nodes(self) -> int:

@@ -27,7 +27,17 @@ from accel_kit.train.launch import worker_command
 from accel_kit.train.point import TrainPoint
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
-OOM_STATUSES = ("oom", "unsupported")
+#: How the worker starts the reason of a point estimated not to fit (``accel_kit.train.worker``).
+NOT_FIT_REASON = "does not fit"
+
+
+def is_memory_failure(status: str, reason: str | None) -> bool:
+    """Out of memory, or unsupported because it does not fit: the failures that move the frontier.
+
+    Other unsupported points (a forced attention kernel the device lacks, too many nodes) say
+    nothing about longer lengths' memory, so those are still tried.
+    """
+    return status == "oom" or (status == "unsupported" and (reason or "").startswith(NOT_FIT_REASON))
 
 
 def recorded(records_path: Path) -> dict[str, dict]:
@@ -42,7 +52,9 @@ def recorded(records_path: Path) -> dict[str, dict]:
 
 
 def _frontier_key(point: TrainPoint) -> str:
-    return point.model_copy(update={"seq_len": 1}).key()
+    # The configuration without its length; the data folder is left out too, because it may
+    # depend on the length (GenSLM's padded rows are prepared once per block size).
+    return point.model_copy(update={"seq_len": 1, "data": ""}).key()
 
 
 def _limit_memory(gib: float | None) -> Callable[[], None] | None:
@@ -106,7 +118,7 @@ def run_sweep(study: str, points: list[TrainPoint], *, records_path: Path, run_i
     done = recorded(records_path)
     frontier: dict[str, tuple[int, str]] = {}  # configuration -> (shortest seq that failed for memory, why)
     for rec in done.values():
-        if rec["status"] in OOM_STATUSES:
+        if is_memory_failure(rec["status"], rec.get("reason")):
             point = TrainPoint.model_validate(rec["params"]["point"])
             _update_frontier(frontier, point, rec["status"])
     records = []
@@ -133,7 +145,7 @@ def run_sweep(study: str, points: list[TrainPoint], *, records_path: Path, run_i
             warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment())
         results.append_record(records_path, record)
         records.append(record)
-        if result["status"] in OOM_STATUSES:
+        if is_memory_failure(result["status"], result.get("reason")):
             _update_frontier(frontier, point, result["status"])
         if result["status"] == "ok":
             bar.set_postfix_str(f"{label}: {result['metrics']['tokens_per_s']:.0f} tok/s")

@@ -38,9 +38,11 @@ def measure_point(point, rank: int, world: int) -> dict:
     from accel_kit import flops as F
     from accel_kit import peaks, results
     from accel_kit.data import SyntheticBatches, open_batches
+    from accel_kit.devices import dtype_of
     from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
     from accel_kit.systems import load_system
-    from accel_kit.train.step import NonFiniteLoss, OptimConfig, Trainer
+    from accel_kit.train.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
+    from accel_kit.train.step import NonFiniteLoss, OptimConfig, cast_for_precision
 
     system = load_system(point.system)
     adapter = system.adapter_instance()
@@ -64,10 +66,20 @@ def measure_point(point, rank: int, world: int) -> dict:
             "global_batch_size": point.global_batch_size, "data_parallel_size": world,
             "tokens_per_step": tokens_per_step_per_device * world}
 
+    # Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
+    try:
+        base |= probe_attention_kernel(point.attention_kernel, n_heads=cfg.n_heads,
+                                       head_dim=cfg.hidden_size // cfg.n_heads, seq_len=point.seq_len,
+                                       device=device, dtype=None if point.precision == "fp32" else
+                                       dtype_of(point.precision))
+    except AttentionKernelUnavailable as exc:
+        return {"status": "unsupported", "reason": str(exc), "metrics": base, "env": env}
+
     zero_shards = world if point.engine == "deepspeed" else 1
     estimate = estimate_training_memory(cfg, n_params, point.micro_batch_size, point.seq_len, point.precision,
                                         activation_checkpointing=point.activation_checkpointing,
-                                        zero_shards=zero_shards)
+                                        zero_shards=zero_shards,
+                                        flash_attention=base["attention_kernel_ran"] != "math")
     base["mem_estimate_gib"] = estimate.total_bytes / GiB
     device_bytes = adapter.total_memory_bytes()
     if not fits(estimate, device_bytes):
@@ -76,25 +88,47 @@ def measure_point(point, rank: int, world: int) -> dict:
 
     torch.manual_seed(point.seed)
     model = build_model(point.preset, activation_checkpointing=point.activation_checkpointing, **overrides).to(device)
+    if point.engine != "deepspeed":  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
+        model = cast_for_precision(model, point.precision)
+    # Weight sparsity: prune, keep the masks (re-applied after every step), pick the execution path.
+    from accel_kit.sparsity import WeightSparsity
+
+    if point.sparsity > 0 and point.engine == "deepspeed":
+        return {"status": "unsupported", "metrics": base, "env": env,
+                "reason": "weight sparsity re-applies its masks after each optimizer step (Trainer.after_step); "
+                          "the DeepSpeed engine here has no such hook"}
+    sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
+    sparse.select_kernels(point.sparse_kernels, device, point.precision, point.micro_batch_size * point.seq_len,
+                          synchronize=adapter.synchronize)
     if point.data == "synthetic":
         batches = SyntheticBatches(cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
     else:
         batches = open_batches(point.data, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
     optim = OptimConfig(lr=point.lr, weight_decay=point.weight_decay, grad_clip=point.grad_clip,
-                        warmup_steps=max(1, point.warmup_steps), decay_steps=max(1, point.steps))
-    trainer = _make_trainer(point, model, batches, device, optim, world, adapter)
+                        warmup_steps=max(1, point.warmup_steps),
+                        # one schedule over the sparse steps and any dense fine-tuning after them
+                        decay_steps=max(1, point.steps + point.dense_finetune_steps))
+    trainer = _make_trainer(point, model, batches, device, optim, world, adapter,
+                            after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
     warmup_times: list[float] = []
     times: list[float] = []
     try:
         adapter.reset_peak_memory()
-        for i in range(point.warmup_steps + point.steps):
-            adapter.synchronize()
-            start = time.perf_counter()
-            losses.append(trainer.step())  # .item() inside syncs the device
-            adapter.synchronize()
-            (warmup_times if i < point.warmup_steps else times).append(time.perf_counter() - start)
+        with attention_context(point.attention_kernel):  # also covers checkpointed recomputation in backward
+            for i in range(point.warmup_steps + point.steps):
+                adapter.synchronize()
+                start = time.perf_counter()
+                losses.append(trainer.step())  # .item() inside syncs the device
+                adapter.synchronize()
+                (warmup_times if i < point.warmup_steps else times).append(time.perf_counter() - start)
+            sparse_metrics = sparse.metrics()  # measured after the last step: the masks held
+            finetune_losses: list[float] = []
+            if point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
+                sparse.release()
+                trainer.after_step = None
+                finetune_losses = [trainer.step() for _ in range(point.dense_finetune_steps)]
         mem = adapter.peak_memory_bytes()
     except NonFiniteLoss as exc:
         return {"status": "error", "reason": str(exc), "metrics": base | {"nonfinite_step": exc.step}, "env": env}
@@ -126,11 +160,15 @@ def measure_point(point, rank: int, world: int) -> dict:
         "loss_last": losses[-1],
         "losses": losses,
     }
+    from accel_kit.sparsity import record_metrics
+
+    metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_step_per_device,
+                              tokens_per_step_per_device, step_s, finetune_losses)
     metrics["datasheet_source" if peak is not None else "mfu_reason"] = source
     return {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": warmup_times, "env": env}
 
 
-def _make_trainer(point, model, batches, device, optim, world, adapter):
+def _make_trainer(point, model, batches, device, optim, world, adapter, after_step=None):
     from accel_kit.train.step import Trainer
 
     if point.engine == "deepspeed":
@@ -143,7 +181,7 @@ def _make_trainer(point, model, batches, device, optim, world, adapter):
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     if point.torch_compile:
         model = torch.compile(model)
-    return Trainer(model, iter(batches), device, point.precision, point.gas, optim)
+    return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step)
 
 
 def _reduce_max(values: list[float], device: torch.device, world: int) -> list[float]:

@@ -1,0 +1,324 @@
+"""Study 2d: weight sparsity (paper Figures 7 and 8): throughput and loss, dense against sparse.
+
+The paper could run this only on a Cerebras CS-2, whose hardware skips zero weights. Here
+it runs wherever accel-kit runs, so every record says how the pruned layers really executed
+(``sparse_execution``): a sparse kernel where one exists for the device and measured faster
+than dense, otherwise zeros multiplied in a dense matmul. Pruning, masks and kernels are in
+``accel_kit.sparsity``.
+
+Two kinds of runs, from one set of parameters:
+
+- **Throughput (Figure 7):** each of ``presets`` at each sparsity (the dense model, s = 0,
+  always included) and, with pattern ``2:4``, at 2:4; a few timed steps each. Reported
+  relative to the dense model of the same preset, beside the FLOP-proportional ideal
+  (dense-equivalent / effective FLOPs): the speedup a device that skips every zero would get.
+- **Loss curves (Figure 8):** ``preset`` trained ``loss_steps`` steps at each sparsity on
+  the same tokens from the same seed (same initial weights before pruning); the final loss
+  gap to dense in percent (losses averaged over the last ``LOSS_WINDOW`` steps). With
+  ``dense_finetune_steps``, every run continues that many steps with all weights trainable
+  (the dense run simply trains on, so all are compared at equal tokens): the paper's
+  "sparse pre-train, dense fine-tune", and how much of the gap it closes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pandas as pd
+from pydantic import Field
+
+from accel_kit import results
+from accel_kit.errors import ParameterError
+from accel_kit.models import PRESETS
+from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.systems import System
+
+STUDY = "sparsity"
+# A sparse point and its dense baseline share all of these.
+GROUP = ["system", "preset", "precision", "micro_batch_size", "seq_len", "steps", "warmup_steps", "sparse_kernels",
+         "dense_finetune_steps", "data_source"]
+KEYS = GROUP + ["sparsity_pattern", "sparsity"]
+LOSS_WINDOW = 10  # a run's final loss: the mean over its last LOSS_WINDOW steps (one batch is noisy)
+
+Sparsity = Annotated[float, Field(ge=0, lt=1)]
+
+
+class Params(TrainingParams):
+    """Weight-sparsity study parameters (plus every training parameter).
+
+    ``preset`` is the model of the loss curves (Figure 8); ``presets`` are the models of the
+    throughput comparison (Figure 7).
+    """
+
+    presets: list[str] = Field(default=["gpt2-xl", "gpt3-6.7b", "gpt3-30b"], min_length=1)
+    sparsities: list[Sparsity] = Field(default=[0.0, 0.6, 0.8, 0.9], min_length=1)  # unstructured; 0 = dense
+    sparsity_patterns: list[Literal["unstructured", "2:4"]] = Field(default=["unstructured", "2:4"], min_length=1)
+    sparse_kernels: Literal["dense", "auto"] = "auto"  # auto: a sparse kernel where one exists and beats dense
+    loss_steps: int = Field(default=0, ge=0)  # optimizer steps of each loss-curve run; 0: no loss curves
+    loss_warmup_steps: int = Field(default=10, ge=0)  # learning-rate warm-up of the loss-curve runs
+    dense_finetune_steps: int = Field(default=0, ge=0)  # dense steps after the sparse ones (loss-curve runs)
+
+    def check(self, system: System) -> None:
+        super().check(system)
+        for preset in self.presets:
+            if preset not in PRESETS:
+                raise ParameterError(f"parameter 'presets': unknown model preset {preset!r}; "
+                                     f"known: {', '.join(PRESETS)}")
+
+
+def configurations(params: Params) -> list[tuple[str, float]]:
+    """(pattern, sparsity) pairs to run: the dense model first, then unstructured levels, then 2:4."""
+    configs = [("unstructured", 0.0)]
+    if "unstructured" in params.sparsity_patterns:
+        configs += [("unstructured", s) for s in sorted(set(params.sparsities)) if s > 0]
+    if "2:4" in params.sparsity_patterns:
+        configs.append(("2:4", 0.5))
+    return configs
+
+
+def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
+        progress: bool = True) -> list[dict]:
+    configs = configurations(params)
+    sparse = dict(sparse_kernels=params.sparse_kernels)
+    points = [make_point(params, system, preset=preset, sparsity=s, sparsity_pattern=pattern, **sparse)
+              for preset in dict.fromkeys(params.presets) for pattern, s in configs]
+    if params.loss_steps:
+        points += [make_point(params, system, sparsity=s, sparsity_pattern=pattern, steps=params.loss_steps,
+                              warmup_steps=params.loss_warmup_steps,
+                              dense_finetune_steps=params.dense_finetune_steps, **sparse)
+                   for pattern, s in configs]
+    points = list({p.key(): p for p in points}.values())  # a loss-curve run may equal a throughput run
+    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+                      progress=progress)
+
+
+# --------------------------------------------------------------------------- tables
+
+def config_label(pattern: str, sparsity: float) -> str:
+    """How a configuration is named in tables and figures: 'dense', 's=0.9', '2:4'."""
+    if pattern == "2:4":
+        return "2:4"
+    return "dense" if sparsity == 0 else f"s={sparsity:g}"
+
+
+def execution_label(execution: str | None) -> str:
+    """A short name for the execution path of ``sparse_execution``."""
+    text = str(execution or "")
+    if text.startswith("dense (no sparsity)"):
+        return "dense model"
+    if text.startswith("dense"):
+        return "zeros in dense matmul"
+    if text.startswith("CSR"):
+        return "CSR sparse matmul"
+    if text.startswith("2:4"):
+        return "2:4 sparse tensor cores"
+    return text or "?"
+
+
+def final_loss(losses) -> float:
+    """Mean of the last ``LOSS_WINDOW`` losses (NaN for a run shorter than two windows: too few to compare)."""
+    if not isinstance(losses, list) or len(losses) < 2 * LOSS_WINDOW:
+        return float("nan")
+    return sum(losses[-LOSS_WINDOW:]) / LOSS_WINDOW
+
+
+def _latest(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    for col, default in (("sparsity", 0.0), ("sparsity_pattern", "unstructured"), ("sparse_kernels", "dense"),
+                         ("dense_finetune_steps", 0), ("data_source", None)):
+        if col not in df.columns:
+            df[col] = default
+    return results.latest(df, KEYS)
+
+
+def loss_curve_rows(df: pd.DataFrame) -> pd.Series:
+    """Which records are loss-curve runs (the study's ``loss_steps``, ``loss_warmup_steps``)."""
+    if "loss_steps" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return (df["loss_steps"].fillna(0) > 0) & (df["steps"] == df["loss_steps"]) & \
+        (df["warmup_steps"] == df["loss_warmup_steps"])
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per point: throughput against dense, the FLOP-proportional ideal, how it ran, the loss gap.
+
+    ``speedup_vs_dense``: tokens/s over the dense model's (same preset, shape and steps).
+    ``ideal_speedup``: dense-equivalent over effective FLOPs, what skipping every zero would give.
+    ``loss_gap_pct``: final loss (mean of the last 10 steps) over dense's, minus 1, in percent;
+    ``finetune_gap_pct``: the same after the dense fine-tuning steps.
+    """
+    if df.empty:
+        return df
+    df = _latest(df).sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
+    df["_loss_curve_run"] = loss_curve_rows(df)
+    rows = []
+    for _, g in df.groupby(GROUP, dropna=False, sort=False):
+        dense = g[(g["sparsity"] == 0) & (g["status"] == "ok")]
+        base = dense.iloc[0] if not dense.empty else None
+        for _, r in g.iterrows():
+            ok = r["status"] == "ok"
+            row = {k: r.get(k) for k in KEYS} | {
+                "config": config_label(r["sparsity_pattern"], r["sparsity"]),
+                "status": r["status"],
+                "sparsity_measured": r.get("sparsity_measured"),
+                "execution": execution_label(r.get("sparse_execution")) if ok else None,
+                "tokens_per_s": r.get("tokens_per_s"),
+                "speedup_vs_dense": r["tokens_per_s"] / base["tokens_per_s"] if ok and base is not None else None,
+                "ideal_speedup": r.get("flops_dense_equivalent") / r.get("flops_effective")
+                if ok and r.get("flops_effective") else None,
+                "tflops_per_device": r.get("tflops_per_device"),
+                "tflops_effective_per_device": r.get("tflops_effective_per_device"),
+                "mfu_pct": r.get("mfu_pct"),
+                "mfu_measured_pct": r.get("mfu_measured_pct"),
+                "loss_final": final_loss(r.get("losses")) if ok else None,
+                "finetune_loss_final": final_loss(r.get("finetune_losses")) if ok else None,
+                "sparse_execution": r.get("sparse_execution"),
+                "reason": r.get("reason"),
+            }
+            if base is not None and ok:
+                row["loss_gap_pct"] = 100 * (row["loss_final"] / final_loss(base.get("losses")) - 1)
+                row["finetune_gap_pct"] = 100 * (row["finetune_loss_final"]
+                                                 / final_loss(base.get("finetune_losses")) - 1)
+            row["loss_curve_run"] = bool(r["_loss_curve_run"])
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    for col in ("speedup_vs_dense", "ideal_speedup", "loss_final", "finetune_loss_final", "loss_gap_pct",
+                "finetune_gap_pct"):
+        if col not in out.columns:
+            out[col] = float("nan")
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    # What to read first, then what identifies the point, then the long texts.
+    first = ["system", "preset", "config", "status", "execution", "sparsity_measured", "tokens_per_s",
+             "speedup_vs_dense", "ideal_speedup", "tflops_per_device", "tflops_effective_per_device",
+             "mfu_measured_pct", "mfu_pct", "loss_final", "loss_gap_pct", "finetune_loss_final", "finetune_gap_pct",
+             "loss_curve_run"]
+    last = ["sparse_execution", "reason"]
+    middle = [c for c in out.columns if c not in first and c not in last]
+    return out[first + middle + last].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- figures
+
+def figures(df: pd.DataFrame) -> dict:
+    """Figure 7 (throughput relative to dense, per preset), Figure 8 (loss curves) and the loss gap."""
+    if df.empty:
+        return {}
+    t = table(df)
+    figs = {}
+    # Figure 7 from the throughput runs (a loss-curve run counts where its preset is one of ``presets``).
+    speed = t[t["speedup_vs_dense"].notna() & (~t["loss_curve_run"] | t["preset"].isin(_throughput_presets(df)))]
+    if not speed.empty:
+        figs["sparsity_throughput"] = _throughput_figure(speed)
+    curves = df[loss_curve_rows(df) & (df["status"] == "ok")] if "status" in df.columns else df.iloc[:0]
+    if not curves.empty:
+        figs["sparsity_loss_curves"] = _loss_figure(_latest(curves))
+        gaps = t[t["loss_curve_run"] & (t["sparsity"] > 0) & t["loss_gap_pct"].notna()]
+        if not gaps.empty:
+            figs["sparsity_loss_gap"] = _gap_figure(gaps)
+    return figs
+
+
+def _throughput_presets(df: pd.DataFrame) -> set:
+    if "presets" not in df.columns:
+        return set(df["preset"])
+    return {p for value in df["presets"] if isinstance(value, list) for p in value}
+
+
+def _order(configs) -> list[str]:
+    def key(label: str):
+        return (label != "dense", label == "2:4", float(label[2:]) if label.startswith("s=") else 0.0)
+    return sorted(set(configs), key=key)
+
+
+def _throughput_figure(t: pd.DataFrame):
+    import plotly.graph_objects as go
+
+    from accel_kit import plots
+
+    t = t.assign(config=pd.Categorical(t["config"], categories=_order(t["config"]), ordered=True))
+    fig = plots.grouped_bars(t, x="config", y="speedup_vs_dense", facet="preset",
+                             group=["system", "precision", "execution"],
+                             title="Figure 7: training throughput relative to the dense model",
+                             x_title="weight sparsity", y_title="tokens/s relative to dense",
+                             hover=["tokens_per_s", "sparsity_measured", "ideal_speedup"])
+    facets = sorted(set(t["preset"]))
+    for col, preset in enumerate(facets, 1):
+        sub = t[t["preset"] == preset].drop_duplicates("config").sort_values("config")
+        fig.add_trace(go.Scatter(
+            x=sub["config"].astype(str), y=sub["ideal_speedup"], mode="markers", name="FLOP-proportional ideal",
+            legendgroup="ideal", showlegend=col == 1, marker=dict(symbol="line-ew-open", size=28, color="black",
+                                                                  line=dict(width=2)),
+            hovertemplate="ideal (dense / effective FLOPs) = %{y:.2f}x<extra></extra>"), row=1, col=col)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    fig.update_xaxes(categoryorder="array", categoryarray=list(t["config"].cat.categories))
+    fig.update_layout(legend=dict(orientation="h", y=-0.25), height=500)
+    return fig
+
+
+def _loss_figure(curves: pd.DataFrame):
+    """Loss per step (top) and its difference to the dense run at the same step (bottom).
+
+    Every run sees the same batches in the same order, so the per-step difference cancels
+    most of the batch-to-batch noise that hides a gap of a few percent in the raw curves.
+    """
+    import plotly.express as px
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    series, switch = {}, []
+    for _, r in curves.iterrows():
+        tail = list(r["finetune_losses"]) if isinstance(r.get("finetune_losses"), list) else []
+        label = config_label(r["sparsity_pattern"], r["sparsity"])
+        name = label if curves["preset"].nunique() == 1 else f"{r['preset']} · {label}"
+        series[(r["preset"], label, name)] = pd.Series(list(r["losses"]) + tail, dtype=float)
+        if tail:
+            switch.append(len(r["losses"]))
+    order = _order(label for _, label, _ in series)
+    palette = px.colors.qualitative.Safe
+    colors = {label: palette[i % len(palette)] for i, label in enumerate(order)}
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.06)
+    smooth = lambda v: v.rolling(LOSS_WINDOW, min_periods=1).mean()  # noqa: E731
+    for (preset, label, name), loss in sorted(series.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+        steps = list(range(1, len(loss) + 1))
+        style = dict(color=colors[label], width=3 if label == "dense" else 2)
+        fig.add_trace(go.Scatter(x=steps, y=smooth(loss), name=name, legendgroup=name, mode="lines", line=style,
+                                 hovertemplate="step %{x}<br>loss %{y:.3f}<extra>" + name + "</extra>"), row=1, col=1)
+        dense = series.get(next((k for k in series if k[0] == preset and k[1] == "dense"), None))
+        if dense is not None and label != "dense":
+            n = min(len(dense), len(loss))
+            gap = smooth(100 * (loss[:n] / dense[:n] - 1))
+            fig.add_trace(go.Scatter(x=steps[:n], y=gap, name=name, legendgroup=name, showlegend=False,
+                                     mode="lines", line=style,
+                                     hovertemplate="step %{x}<br>%{y:.2f} % above dense<extra>" + name + "</extra>"),
+                          row=2, col=1)
+    fig.add_hline(y=0, line_color="grey", row=2, col=1)
+    if switch:
+        fig.add_vline(x=max(switch) + 0.5, line_dash="dash", line_color="grey")
+        fig.add_annotation(x=max(switch) + 0.5, y=1, yref="paper", text="dense fine-tuning from here",
+                           showarrow=False, xanchor="left", yanchor="bottom")
+    fig.update_yaxes(title_text="training loss (nats/token)", row=1, col=1)
+    fig.update_yaxes(title_text="% above dense", row=2, col=1)
+    fig.update_xaxes(title_text="optimizer step (same batches for every run)", row=2, col=1)
+    fig.update_layout(title=f"Figure 8: training loss, dense against sparse (mean over {LOSS_WINDOW} steps)",
+                      template="plotly_white", legend_title_text="weight sparsity", height=650, width=900)
+    return fig
+
+
+def _gap_figure(gaps: pd.DataFrame):
+    from accel_kit import plots
+
+    rows = []
+    for _, r in gaps.iterrows():
+        # (labels sort in phase order: grouped_bars orders groups by name)
+        rows.append({**r.to_dict(), "phase": "sparse training", "gap": r["loss_gap_pct"]})
+        if pd.notna(r["finetune_gap_pct"]):
+            rows.append({**r.to_dict(), "phase": "then dense fine-tuning", "gap": r["finetune_gap_pct"]})
+    long = pd.DataFrame(rows)
+    long["config"] = pd.Categorical(long["config"], categories=_order(long["config"]), ordered=True)
+    fig = plots.grouped_bars(long, x="config", y="gap", facet="preset", group=["phase"],
+                             title=f"Final loss gap to dense (mean of the last {LOSS_WINDOW} steps of each phase)",
+                             x_title="weight sparsity", y_title="loss above dense (%)",
+                             hover=["loss_final", "sparsity_measured"])
+    fig.add_hline(y=0.0, line_color="grey")
+    fig.update_xaxes(categoryorder="array", categoryarray=list(long["config"].cat.categories))
+    return fig

@@ -1,0 +1,304 @@
+"""Weight sparsity: pruning, masks through training, 2:4, sparse kernels against dense, FLOPs, the study."""
+import copy
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from accel_kit import flops, results, studies
+from accel_kit import sparsity as S
+from accel_kit.errors import ParameterError
+from accel_kit.models import build_model
+from accel_kit.train import OptimConfig, Trainer
+from accel_kit.train.step import cast_for_precision
+from accel_kit.train.point import TrainPoint
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB, SEQ = 97, 16
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_csr_beta_warning():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+        yield
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return build_model("gpt2-debug", vocab_size=VOCAB, seq_len=SEQ)
+
+
+def _batches(n, batch=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, VOCAB, (n * batch, SEQ + 1), generator=g)
+    return [(data[i * batch:(i + 1) * batch, :-1], data[i * batch:(i + 1) * batch, 1:]) for i in range(n)]
+
+
+@pytest.mark.parametrize("s", [0.6, 0.8, 0.9])
+def test_zero_fraction_matches_request_per_layer(s):
+    model = _model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sparse = S.WeightSparsity(model, s)
+    assert [layer.name for layer in sparse.layers][:4] == ["h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc",
+                                                           "h.0.mlp.c_proj"]
+    assert len(sparse.layers) == 4 * model.cfg.n_layers
+    for layer in sparse.layers:
+        w = layer.module.weight
+        assert int((w == 0).sum()) == round(s * w.numel()), layer.name  # exact count per layer
+        # Magnitude: every kept weight is at least as large as every pruned one.
+        orig = before[f"{layer.name}.weight"].abs()
+        assert orig[layer.mask].min() >= orig[~layer.mask].max()
+    assert sparse.zero_fraction() == pytest.approx(s, abs=1e-4)
+    # Embeddings, LayerNorms, biases and the tied output projection are not pruned.
+    pruned = {f"{layer.name}.weight" for layer in sparse.layers}
+    for name, p in model.named_parameters():
+        if name not in pruned:
+            assert torch.equal(p, before[name]), name
+
+
+def test_two_four_pattern():
+    model = _model()
+    before = {name: linear.weight.detach().clone() for name, linear in S.prunable_layers(model)}
+    sparse = S.WeightSparsity(model, 0.5, "2:4")
+    for layer in sparse.layers:
+        w = layer.module.weight
+        groups = w.view(w.shape[0], -1, 4)  # 4 consecutive input weights
+        assert ((groups != 0).sum(-1) <= 2).all(), layer.name
+        assert (layer.mask.view(w.shape[0], -1, 4).sum(-1) == 2).all()
+        orig = before[layer.name].abs().view(w.shape[0], -1, 4)
+        keep = layer.mask.view_as(orig)
+        # The two kept weights of each group are its two largest.
+        assert (orig.masked_fill(~keep, float("inf")).amin(-1) >= orig.masked_fill(keep, -1).amax(-1)).all()
+    assert sparse.zero_fraction() == pytest.approx(0.5, abs=1e-3)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        S.magnitude_mask(torch.randn(8, 6), 0.5, "2:4")
+
+
+def test_bad_sparsity_parameters_are_rejected():
+    base = dict(system="cpu", preset="gpt2-debug", precision="bf16", micro_batch_size=1, seq_len=8)
+    with pytest.raises(ValidationError, match="must be 0.5"):
+        TrainPoint(**base, sparsity=0.9, sparsity_pattern="2:4")
+    with pytest.raises(ValidationError):
+        TrainPoint(**base, sparsity=1.0)
+    assert TrainPoint(**base).sparsity == 0 and TrainPoint(**base).sparse_kernels == "dense"
+    with pytest.raises(ParameterError, match="sparsities"):
+        studies.resolve("sparsity", "quick", sparsities=[0, 1.2])
+    with pytest.raises(ParameterError, match="sparsity_patterns"):
+        studies.resolve("sparsity", "quick", sparsity_patterns=["4:8"])
+    with pytest.raises(ValueError, match="must be 0.5"):
+        S.WeightSparsity(_model(), 0.75, "2:4")
+
+
+@pytest.mark.parametrize("precision,pattern,s", [("fp32", "unstructured", 0.8), ("bf16", "2:4", 0.5)])
+def test_masks_survive_optimizer_steps(precision, pattern, s):
+    model = cast_for_precision(_model(), precision)  # bf16: a bf16 model, fp32 master weights in the optimizer
+    sparse = S.WeightSparsity(model, s, pattern)
+    start = {layer.name: layer.module.weight.detach().clone() for layer in sparse.layers}
+    trainer = Trainer(model, iter(_batches(4)), CPU, precision, 1, OptimConfig(lr=1e-2, warmup_steps=1),
+                      after_step=sparse.apply_masks)
+    trainer.accumulate()
+    for layer in sparse.layers:  # pruned weights get no gradient (the hook)
+        assert (layer.module.weight.grad[~layer.mask] == 0).all()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    for _ in range(3):
+        trainer.step()
+    for layer in sparse.layers:
+        w = layer.module.weight
+        assert (w[~layer.mask] == 0).all(), layer.name
+        assert not torch.equal(w[layer.mask], start[layer.name][layer.mask])  # the kept ones trained
+    assert sparse.zero_fraction() == pytest.approx(s, abs=1e-3)
+    # apply_masks really re-zeroes: disturb the pruned weights, as a stray update would.
+    with torch.no_grad():
+        for layer in sparse.layers:
+            layer.module.weight.add_(1.0)
+    sparse.apply_masks()
+    assert sparse.zero_fraction() == pytest.approx(s, abs=1e-3)
+
+
+def test_release_lets_every_weight_train():
+    model = _model()
+    sparse = S.WeightSparsity(model, 0.9)
+    layers = list(sparse.layers)
+    sparse.release()
+    trainer = Trainer(model, iter(_batches(2)), CPU, "fp32", 1, OptimConfig(lr=1e-2, warmup_steps=1))
+    trainer.step()
+    for layer in layers:
+        assert (layer.module.weight[~layer.mask] != 0).any(), layer.name
+
+
+def test_csr_kernel_matches_dense_through_training():
+    """Forced CSR kernels and the dense path on the same masked model: same outputs, gradients and updates.
+
+    In float64 (MKL's CSR takes it too): the attention key bias gets only rounding noise as gradient
+    (softmax ignores a constant shift), which AdamW normalises into full-size steps, so fp32 paths
+    that differ in summation order drift apart there while agreeing everywhere else.
+    """
+    dense_model, csr_model = _model().double(), _model().double()
+    dense = S.WeightSparsity(dense_model, 0.9)
+    csr = S.WeightSparsity(csr_model, 0.9)
+    execution = csr.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ, force=True)
+    assert execution.startswith("CSR sparse matmul") and "every pruned layer" in execution
+    assert type(csr_model.h[0].mlp.c_fc).__name__ == "KernelLinear"
+    assert csr_model.h[0].mlp.c_fc.weight is csr.layers[2].module.weight
+    # the state dict is unchanged by the swap (same names, same tensors)
+    assert list(csr_model.state_dict()) == list(dense_model.state_dict())
+    (x, y), = _batches(1)
+    logits_d, loss_d = dense_model(x, y)
+    logits_c, loss_c = csr_model(x, y)
+    torch.testing.assert_close(logits_c, logits_d, rtol=1e-10, atol=1e-10)
+    loss_d.backward()
+    loss_c.backward()
+    for (name, a), b in zip(dense_model.named_parameters(), csr_model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-9, atol=1e-12, msg=name)
+    # Two optimizer steps: the CSR operands must be rebuilt from the updated weights each time.
+    runs = []
+    for model, sparse in ((dense_model, dense), (csr_model, csr)):
+        model.zero_grad(set_to_none=True)
+        trainer = Trainer(model, iter(_batches(3, seed=1)), CPU, "fp32", 1, OptimConfig(lr=1e-2, warmup_steps=1),
+                          after_step=sparse.apply_masks)
+        runs.append([trainer.step() for _ in range(3)])
+    assert runs[1] == pytest.approx(runs[0], rel=1e-10)
+    for (name, a), b in zip(dense_model.named_parameters(), csr_model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-8, atol=1e-10, msg=name)
+    csr.release()
+    assert type(csr_model.h[0].mlp.c_fc).__name__ == "Linear"
+
+
+def test_kernel_selection_is_honest_about_fallbacks():
+    def execution(s, pattern, mode, precision):
+        return S.WeightSparsity(_model(), s, pattern).select_kernels(mode, CPU, precision, tokens=32)
+
+    assert execution(0.0, "unstructured", "auto", "bf16") == "dense (no sparsity)"
+    assert execution(0.9, "unstructured", "dense", "bf16") == "dense (zeros in dense matmul): sparse_kernels=dense"
+    text = execution(0.9, "unstructured", "auto", "bf16")
+    assert text.startswith(S.DENSE_FALLBACK) and "bfloat16" in text
+    text = execution(0.6, "unstructured", "auto", "fp32")
+    assert text.startswith(S.DENSE_FALLBACK) and "60%" in text
+    text = execution(0.5, "2:4", "auto", "bf16")
+    assert text.startswith(S.DENSE_FALLBACK) and "NVIDIA" in text
+
+
+def test_auto_times_csr_and_records_the_choice():
+    model = _model()
+    sparse = S.WeightSparsity(model, 0.95)
+    text = sparse.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ)
+    timing = sparse.calibration
+    assert {tuple(e["shape"]) for e in timing} == {(192, 64), (64, 64), (256, 64), (64, 256)}
+    assert all(e["dense_ms"] > 0 and e["sparse_ms"] > 0 for e in timing)
+    used = [e for e in timing if e["use"]]
+    assert all(e["speedup"] >= S.KERNEL_MIN_SPEEDUP for e in used)
+    kernels = sum(type(layer.module).__name__ == "KernelLinear" for layer in sparse.layers)
+    if used:
+        assert text.startswith("CSR") and kernels > 0
+    else:
+        assert text.startswith(S.DENSE_FALLBACK) and "measured slower" in text and kernels == 0
+    m = sparse.metrics()
+    assert m["sparse_execution"] == text and m["sparse_kernel_layers"] == kernels
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.cuda
+                         and torch.cuda.get_device_capability() >= (8, 0)), reason="needs an NVIDIA GPU, cc >= 8.0")
+def test_two_four_kernel_matches_dense_on_gpu():
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    dense_model = build_model("gpt2-small", seq_len=128).to(dev)
+    kernel_model = copy.deepcopy(dense_model)
+    S.WeightSparsity(dense_model, 0.5, "2:4")
+    sparse = S.WeightSparsity(kernel_model, 0.5, "2:4")
+    assert sparse.select_kernels("auto", dev, "bf16", tokens=256, force=True).startswith("2:4")
+    x = torch.randint(0, 50257, (2, 128), device=dev)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        _, loss_d = dense_model(x, x)
+        _, loss_k = kernel_model(x, x)
+    loss_d.backward()
+    loss_k.backward()
+    assert loss_k.item() == pytest.approx(loss_d.item(), rel=2e-2)
+    w_d, w_k = dense_model.h[0].mlp.c_fc.weight.grad, kernel_model.h[0].mlp.c_fc.weight.grad
+    assert torch.nn.functional.cosine_similarity(w_d.flatten(), w_k.flatten(), dim=0) > 0.99
+
+
+def test_effective_flops_against_hand_count():
+    L, h, s, V = 2, 64, 16, 97
+    block_weights = L * (4 + 2 * 4) * h * h  # QKV 3h^2 + proj h^2 + MLP 8h^2, per layer
+    dense = flops.gpt_flops_per_token(L, h, s, V)
+    assert flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=block_weights) == dense
+    nnz = block_weights // 10
+    # 3 x (2 FLOPs per non-zero weight + attention 4 s h per layer + output projection 2 h V)
+    expected = 3 * (2 * nnz + L * 4 * s * h + 2 * h * V)
+    assert flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=nnz) == expected
+    model = _model()
+    sparse = S.WeightSparsity(model, 0.9)
+    assert sparse.nonzero_weights() == block_weights - sum(round(0.9 * layer.mask.numel()) for layer in sparse.layers)
+
+
+TINY = dict(presets=["gpt2-debug"], preset="gpt2-debug", vocab_size=128, precision="bf16", micro_batch_size=2,
+            seq_len=32, steps=2, warmup_steps=1, data="synthetic", measure_peak=False, timeout_s=180)
+
+
+def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
+    run = studies.run_study("sparsity", "cpu", None, progress=False, sparsities=[0, 0.9],
+                            sparsity_patterns=["unstructured", "2:4"], **TINY)
+    recs = {(r["params"]["sparsity_pattern"], r["params"]["sparsity"]): r for r in run.records}
+    assert set(recs) == {("unstructured", 0.0), ("unstructured", 0.9), ("2:4", 0.5)}
+    assert all(r["status"] == "ok" for r in recs.values()), [r["reason"] for r in recs.values()]
+    dense, sparse, two_four = (recs[k]["metrics"] for k in (("unstructured", 0.0), ("unstructured", 0.9),
+                                                               ("2:4", 0.5)))
+    assert dense["flops_effective"] == dense["flops_dense_equivalent"] == dense["flops"]
+    assert sparse["flops_dense_equivalent"] == dense["flops_dense_equivalent"]
+    assert sparse["flops_effective"] < sparse["flops_dense_equivalent"]
+    assert sparse["sparsity_measured"] == pytest.approx(0.9, abs=1e-3)  # after training: the masks held
+    assert two_four["sparsity_measured"] == pytest.approx(0.5, abs=1e-3)
+    assert dense["sparse_execution"] == "dense (no sparsity)"
+    assert sparse["sparse_execution"].startswith("dense (zeros in dense matmul)")
+    assert all(m["mfu_basis"].startswith("dense-equivalent") for m in (dense, sparse, two_four))
+    # MFU and TFLOP/s are from the dense-equivalent count; the effective rate is recorded beside it.
+    assert sparse["tflops_per_device"] == pytest.approx(sparse["flops_dense_equivalent"] / sparse["step_time_s"] / 1e12)
+    assert sparse["tflops_effective_per_device"] < sparse["tflops_per_device"]
+    table = run.table()
+    assert table.loc[table["config"] == "dense", "speedup_vs_dense"].iloc[0] == 1.0
+    assert (table.loc[table["config"] != "dense", "ideal_speedup"] > 1).all()
+    assert set(table["execution"]) == {"dense model", "zeros in dense matmul"}
+
+
+def test_sparse_pretrain_dense_finetune(out_dir):
+    run = studies.run_study("sparsity", "cpu", None, progress=False, sparsities=[0, 0.8],
+                            sparsity_patterns=["unstructured"], loss_steps=20, loss_warmup_steps=2,
+                            dense_finetune_steps=20, **(TINY | {"presets": ["gpt2-debug"]}))
+    df = run.df()
+    curves = df[df["steps"] == 20]
+    assert len(curves) == 2 and set(curves["status"]) == {"ok"}
+    assert all(len(v) == 22 for v in curves["losses"]) and all(len(v) == 20 for v in curves["finetune_losses"])
+    # Both runs see the same tokens from the same initial weights: the first losses match.
+    first = list(curves["loss_first"])
+    assert first[0] == pytest.approx(first[1], rel=0.05)
+    table = run.table()
+    rows = table[table["loss_curve_run"] & (table["config"] == "s=0.8")].iloc[0]
+    assert rows["loss_gap_pct"] == pytest.approx(100 * (rows["loss_final"] / table[
+        table["loss_curve_run"] & (table["config"] == "dense")]["loss_final"].iloc[0] - 1))
+    assert math.isfinite(rows["finetune_gap_pct"])
+    figs = run.figures()
+    assert {"sparsity_throughput", "sparsity_loss_curves", "sparsity_loss_gap"} <= set(figs)
+
+
+
+@pytest.mark.slow
+def test_sparsity_notebook(out_dir):
+    import papermill
+
+    papermill.execute_notebook(str(ROOT / "notebooks" / "sparsity.ipynb"), str(out_dir / "sparsity.ipynb"),
+                               parameters={"system": "cpu", "profile": "quick", "sparsities": [0, 0.9],
+                                           "loss_steps": 20, "loss_warmup_steps": 2, "dense_finetune_steps": 4,
+                                           **TINY},
+                               cwd=str(ROOT / "notebooks"), kernel_name="python3", progress_bar=False)
+    df = results.load(out_dir / "sparsity")
+    assert set(df["status"]) == {"ok"}
+    # 3 throughput points (dense, 0.9, 2:4) and the same 3 as 20-step loss-curve runs
+    assert len(df) == 6 and sorted(df["steps"]) == [2, 2, 2, 20, 20, 20]
+    assert (df["mfu_basis"].str.startswith("dense-equivalent")).all()
+    for name in ("sparsity_throughput", "sparsity_loss_curves", "sparsity_loss_gap"):
+        assert (out_dir / "sparsity" / "figures" / f"{name}.html").exists()
