@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# One short device check (at most 8 minutes) for a lent NVIDIA GPU, e.g. an H200:
-# installs accel-kit into the machine's torch environment, runs the microbenchmark's full
-# profile on system $SYSTEM and prints the MFU table. Run from the repository root:
-#   SYSTEM=h200 bash benchmarks/gpu_check.sh
-# Missing Python packages can travel as wheels in .whl/ (installed with --no-index).
+# Device checks for a lent NVIDIA GPU, e.g. an H200: installs accel-kit into the machine's
+# torch environment and runs, section by section, the microbenchmark's full profile (micro,
+# about 4 min), GPT-2 XL training (train, about 4 min), GenSLM at 10240 (genslm, about 3 min)
+# and 2:4 sparsity (sparsity, about 3 min), printing each one's targets. All four exceed one
+# 10-minute call: pick sections with SECTIONS. Run from the repository root:
+#   SYSTEM=h200 SECTIONS="micro train" bash benchmarks/gpu_check.sh
+# Missing Python packages can travel as wheels in .whl/ (installed with --no-index): the H200
+# image has torch, transformers, pandas, pyyaml, tqdm and psutil but not pydantic (with
+# pydantic-core, annotated-types, typing-inspection) or plotly (not needed: --no-figures).
 set -euo pipefail
 SYSTEM=${SYSTEM:-h200}
 OUT=${OUT:-$(mktemp -d)}
+SECTIONS=${SECTIONS:-micro train genslm sparsity}
 export PYTHONUNBUFFERED=1
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -16,6 +22,7 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
 
+if want micro; then
 # Study 1 at the paper's sizes (batch 8-64, seq 1024, fp32/fp16/bf16, ours and HF's block).
 timeout 420 python3 -m accel_kit.cli run microbenchmark --system "$SYSTEM" --profile full --output-dir "$OUT" \
   --no-figures -p trials 5 | tee "$OUT/microbenchmark.txt"
@@ -30,7 +37,9 @@ print(df[cols].sort_values(cols[:4]).to_string(index=False, float_format=lambda 
 bf = df[(df.impl == "native") & (df.precision == "bf16") & (df.direction == "forward_backward") & (df.batch_size >= 16)]
 print(f"target: native bf16 fwd+bwd, batch >= 16: min MFU {bf.mfu_pct.min():.1f} % (target >= 65 %)")
 PY
+fi
 
+if want train; then
 # Study 2: GPT-2 XL pre-training on one device, bf16, micro-batch 16, seq 1024 (target: MFU >= 50 %
 # against the 989 TFLOPS datasheet peak; llm.c reaches about 49 % on H100).
 timeout 300 python3 -m accel_kit.cli run scaling --system "$SYSTEM" --profile full --output-dir "$OUT" --no-figures -q \
@@ -48,7 +57,9 @@ for r in df.itertuples():
     else:
         print(f"GPT-2 XL: {r.status}: {r.reason}")
 PY
+fi
 
+if want genslm; then
 # Study 3: GenSLM (Table IV) on one device: genslm-250m (16 layers, d 1152, head dim 72) at a
 # whole-genome length, 10240 codons, bf16, micro-batch 16, activation checkpointing, synthetic
 # genomes (no download). Expected: the flash kernel (attention_kernel_ran; head dim 72 and bf16
@@ -79,7 +90,9 @@ for r in df.itertuples():
     else:
         print(f"GenSLM {r.preset} seq {r.seq_len}: {r.status}: {r.reason}")
 PY
+fi
 
+if want sparsity; then
 # Study 2d: weight sparsity. (1) 2:4 semi-structured against dense matmul at GPT-2 XL MLP shapes,
 # through torch's documented API (torch.sparse.to_sparse_semi_structured; F.linear with the
 # compressed weight), bf16 and fp16, cuSPARSELt (torch's default where built with it) and CUTLASS,
@@ -144,3 +157,4 @@ for r in df.itertuples():
     else:
         print(f"sparsity {r.preset} {r.config}: {r.status}: {r.reason}")
 PY
+fi
