@@ -166,13 +166,8 @@ def prepare_fasta(inputs: Sequence[str | os.PathLike] | str | os.PathLike, out_d
     dtype = token_dtype(tok.vocab_size)
     stats = {"skipped_records": 0, "truncated_records": 0, "nucleotides": 0}
     with atomic_output_dir(out_dir) as partial:
-        writer = SplitWriter(partial, dtype, val_fraction, SPLIT_SEED)
-        try:
+        with SplitWriter(partial, dtype, val_fraction, SPLIT_SEED) as writer:
             _tokenize_records(sources, tok, block_size, writer, stats, progress)
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close()
         if writer.documents["train"] + writer.documents["val"] == 0:
             names = ", ".join(str(source.path) for source in sources)
             raise DataError(f"{names}: no records with a complete codon")

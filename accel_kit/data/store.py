@@ -274,6 +274,17 @@ class SplitWriter:
         self.tokens[split] += len(tokens)
         self.documents[split] += n_docs
 
+    def __enter__(self) -> "SplitWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Success: flush and fix up the splits. Failure: just close; the caller's atomic
+        # output folder is discarded, so no fix-up is wasted on a partial corpus.
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
     def abort(self) -> None:
         """Close the files after an error (the partial folder is deleted by the caller)."""
         for handle in self._files.values():

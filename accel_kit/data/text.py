@@ -338,13 +338,8 @@ def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     counts = _Counts()
     byte_progress = ByteProgress()
     with atomic_output_dir(out_dir) as partial:
-        writer = SplitWriter(partial, dtype, val_fraction, SPLIT_SEED)
-        try:
+        with SplitWriter(partial, dtype, val_fraction, SPLIT_SEED) as writer:
             _run_with_progress(sources, tok, writer, workers, counts, byte_progress, progress)
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close()
         if writer.documents["train"] + writer.documents["val"] == 0:
             names = ", ".join(str(source.path) for source in sources)
             raise DataError(f"{names}: empty corpus (no non-empty documents)")
