@@ -8,6 +8,7 @@ MFU and the record says why; it never falls back to some other device's number.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -149,8 +150,8 @@ def measure_matmul_peak(adapter: DeviceAdapter, precision: str, *, sizes: tuple[
     for n in sizes or default_peak_sizes(adapter):
         a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
         b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-        timing = measure(lambda: torch.mm(a, b), adapter.synchronize, warmup=warmup, trials=trials)
+        timing = measure(functools.partial(torch.mm, a, b), adapter.synchronize, warmup=warmup, trials=trials)
         per_size[n] = 2 * n**3 / timing.median_s / 1e12
-        del a, b
+        del a, b  # free this size's operands before the next, larger size is allocated
     best = max(per_size, key=per_size.__getitem__)
     return MeasuredPeak(precision, per_size[best], best, per_size, trials)

@@ -108,7 +108,7 @@ def measure_point(point, rank: int, world: int) -> dict:
                         warmup_steps=max(1, point.warmup_steps),
                         # one schedule over the sparse steps and any dense fine-tuning after them
                         decay_steps=max(1, point.steps + point.dense_finetune_steps))
-    trainer = _make_trainer(point, model, batches, device, optim, world, adapter,
+    trainer = _make_trainer(point, model, batches, device, optim, world,
                             after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
@@ -168,7 +168,7 @@ def measure_point(point, rank: int, world: int) -> dict:
     return {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": warmup_times, "env": env}
 
 
-def _make_trainer(point, model, batches, device, optim, world, adapter, after_step=None):
+def _make_trainer(point, model, batches, device, optim, world, after_step=None):
     from accel_kit.train.step import Trainer
 
     if point.engine == "deepspeed":
