@@ -1,9 +1,13 @@
-"""The device-adapter protocol: what every accelerator backend must answer.
+"""The device-adapter protocol: everything a study needs from a device, in one place.
 
 A *device* is one accelerator (a GPU, an IPU, a CPU socket); a *system* (params/systems/)
 describes a machine built from devices. Adapters hide the vendor differences that matter
-for honest timing: how to synchronise, how to read peak memory, which precisions exist,
-which collective backend to use.
+for honest timing: how to synchronise, how to read peak memory, which precisions run at
+speed, which collective backend to use, which kernels exist. No module outside
+``accel_kit/devices/`` asks which device it runs on: it asks the adapter.
+
+``BaseAdapter`` gives the defaults of a torch device without vendor specifics, so a new
+backend overrides only what differs (see ``docs/adding-a-device.md``).
 """
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# The lower precisions, in the order "auto" prefers them: bf16 trains without loss scaling.
+LOW_PRECISIONS = ("bf16", "fp16")
 
 
 def dtype_of(precision: str) -> torch.dtype:
@@ -43,6 +50,29 @@ class DeviceDescription:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PrecisionSupport:
+    """How one precision runs on this device: natively at speed, or emulated (slow), and why.
+
+    ``gflops`` is the probe's measured matmul rate where the adapter measured one.
+    """
+
+    precision: str
+    native: bool
+    reason: str
+    gflops: float | None = None
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """A requested precision resolved on a device: what runs, and the reason recorded with it."""
+
+    requested: str
+    precision: str
+    reason: str
+    emulated: bool = False
+
+
 @runtime_checkable
 class DeviceAdapter(Protocol):
     """One accelerator backend. Implementations import their vendor SDK lazily."""
@@ -55,11 +85,23 @@ class DeviceAdapter(Protocol):
     def torch_device(self, index: int = 0) -> torch.device:
         """The torch device tensors go to."""
 
+    def prepare(self, local_rank: int = 0) -> torch.device:
+        """Select this process's device (before any allocation) and return it."""
+
     def synchronize(self) -> None:
         """Block until all queued work on the device has finished (before reading a clock)."""
 
+    def empty_cache(self) -> None:
+        """Give cached, unused device memory back (between points)."""
+
     def supported_precisions(self) -> tuple[str, ...]:
-        """Precisions this device computes natively, from ``PRECISIONS``."""
+        """Precisions this device can run at all (natively or emulated), from ``PRECISIONS``."""
+
+    def precision_support(self, precision: str) -> PrecisionSupport:
+        """Whether ``precision`` runs natively at speed here, and why (measured or probed)."""
+
+    def resolve_precision(self, requested: str) -> PrecisionChoice:
+        """``auto`` -> the lowest precision that runs natively at speed, else fp32; others as asked."""
 
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window (called before each measurement)."""
@@ -70,8 +112,32 @@ class DeviceAdapter(Protocol):
     def total_memory_bytes(self) -> int | None:
         """Memory one device holds (for fit checks); None when unknown."""
 
+    def peak_sizes(self) -> tuple[int, ...]:
+        """Square matmul sizes the measured peak starts from (it stops growing past about a second)."""
+
     def distributed_backend(self) -> str:
         """torch.distributed backend name: gloo, nccl (RCCL on ROCm), hccl, ..."""
+
+    def collective_device(self, device: torch.device) -> torch.device:
+        """Where a tensor for a collective (e.g. an all-reduce of timings) must live."""
+
+    def wrap_ddp(self, model: nn.Module, device: torch.device) -> nn.Module:
+        """The model wrapped for data-parallel training on this device."""
+
+    def fused_optimizer(self) -> bool:
+        """Whether torch's fused AdamW runs here."""
+
+    def threads_per_rank(self, ranks: int) -> int | None:
+        """Host threads each of ``ranks`` local processes should use; None: leave the default."""
+
+    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+        """(environment variables, optimizer params) DeepSpeed needs on this device."""
+
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
+        """The sparse matmul kernel kind ("2:4" or "csr") for pruned weights here, or (None, why not)."""
+
+    def narrow_linear_fast_path(self, dtype: torch.dtype) -> bool:
+        """Whether the block's narrow-output linears should use their NN-layout weight gradient."""
 
     def describe(self) -> DeviceDescription:
         """Device model, count and software versions, for provenance."""
@@ -81,3 +147,103 @@ class DeviceAdapter(Protocol):
 
     def set_tf32(self, enabled: bool) -> None:
         """Allow or forbid TF32 (or the device's reduced-precision fp32 matmul)."""
+
+    def power_reading(self) -> tuple[None, str]:
+        """Energy over the timed window: not read yet by any adapter; (None, why)."""
+
+
+class BaseAdapter:
+    """Defaults for a torch device; subclasses override what their device does differently."""
+
+    name = "base"
+
+    def availability(self) -> Availability:
+        return Availability(False, "BaseAdapter is abstract")
+
+    def torch_device(self, index: int = 0) -> torch.device:
+        raise NotImplementedError
+
+    def prepare(self, local_rank: int = 0) -> torch.device:
+        return self.torch_device(local_rank)
+
+    def synchronize(self) -> None:
+        pass
+
+    def empty_cache(self) -> None:
+        pass
+
+    def supported_precisions(self) -> tuple[str, ...]:
+        return PRECISIONS
+
+    def precision_support(self, precision: str) -> PrecisionSupport:
+        return PrecisionSupport(precision, True, f"{precision}: listed as native for {self.name}")
+
+    def resolve_precision(self, requested: str) -> PrecisionChoice:
+        if requested != "auto":
+            if requested not in self.supported_precisions():
+                from accel_kit.errors import ParameterError
+
+                raise ParameterError(f"precision {requested!r} does not run on adapter {self.name!r} "
+                                     f"(runs {', '.join(self.supported_precisions())})")
+            support = self.precision_support(requested)
+            if support.native:
+                return PrecisionChoice(requested, requested, f"{requested} as requested ({support.reason})")
+            return PrecisionChoice(requested, requested, f"{requested} as requested, emulated: {support.reason}",
+                                   emulated=True)
+        skipped = []
+        for low in LOW_PRECISIONS:
+            if low not in self.supported_precisions():
+                continue
+            support = self.precision_support(low)
+            if support.native:
+                return PrecisionChoice("auto", low, f"auto: {support.reason}")
+            skipped.append(f"{low} skipped: {support.reason}")
+        return PrecisionChoice("auto", "fp32", "auto: fp32 (" + "; ".join(skipped or ["no lower precision"]) + ")")
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory_bytes(self) -> int | None:
+        return None
+
+    def total_memory_bytes(self) -> int | None:
+        return None
+
+    def peak_sizes(self) -> tuple[int, ...]:
+        # Accelerators need large operands to fill their matrix units.
+        return (2048, 4096, 8192)
+
+    def distributed_backend(self) -> str:
+        return "gloo"
+
+    def collective_device(self, device: torch.device) -> torch.device:
+        return device
+
+    def wrap_ddp(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model)
+
+    def fused_optimizer(self) -> bool:
+        return False
+
+    def threads_per_rank(self, ranks: int) -> int | None:
+        return None
+
+    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+        return {}, {}
+
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
+        return None, f"no sparse kernels are known for adapter {self.name!r}"
+
+    def narrow_linear_fast_path(self, dtype: torch.dtype) -> bool:
+        return False
+
+    def math_mode(self) -> dict[str, Any]:
+        return {}
+
+    def set_tf32(self, enabled: bool) -> None:
+        pass
+
+    def power_reading(self) -> tuple[None, str]:
+        return None, f"no power or energy reading is implemented for adapter {self.name!r}"

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from accel_kit.devices.base import Availability, DeviceDescription
+from accel_kit.devices import probe
+from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport, dtype_of
 
 
 def _cpu_model() -> str:
@@ -71,7 +72,19 @@ class _RSSSampler(threading.Thread):
         self.join(timeout=1)
 
 
-class CPUAdapter:
+def cpu_capability() -> str:
+    """torch's view of the vector ISA its CPU kernels use (e.g. AVX2, AVX512, AMX)."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def _isa_summary() -> str:
+    flags = _cpu_flags()
+    native = [name for flag, name in (("amx_bf16", "AMX-BF16"), ("amx_fp16", "AMX-FP16"), ("avx512_bf16", "AVX512-BF16"),
+                                      ("avx512_fp16", "AVX512-FP16")) if flag in flags]
+    return "has " + ", ".join(native) if native else "no native bf16/fp16 units in its flags"
+
+
+class CPUAdapter(BaseAdapter):
     name = "cpu"
 
     def availability(self) -> Availability:
@@ -85,8 +98,23 @@ class CPUAdapter:
         pass
 
     def supported_precisions(self) -> tuple[str, ...]:
-        # fp16 matmul exists on CPU but is emulated (slow); it is still a real measurement.
+        # All three run; whether bf16/fp16 run at speed is measured (precision_support).
         return ("fp32", "fp16", "bf16")
+
+    def precision_support(self, precision: str) -> PrecisionSupport:
+        # Measured, not read from the flags: torch may or may not have a native kernel for the
+        # ISA (AMX and AVX-512 BF16 make bf16 fast; fp16 is often emulated even there).
+        device = self.torch_device()
+        rate = probe.matmul_gflops(device, dtype_of(precision), self.synchronize)
+        if precision == "fp32":
+            return PrecisionSupport("fp32", True, f"fp32: {rate:.0f} GFLOP/s", rate)
+        fp32 = probe.matmul_gflops(device, torch.float32, self.synchronize)
+        ratio = rate / fp32
+        where = f"on this CPU ({cpu_capability()}, {_isa_summary()})"
+        text = f"{rate:.1f} GFLOP/s against {fp32:.0f} in fp32 {where}"
+        if ratio >= probe.NATIVE_MIN_RATIO:
+            return PrecisionSupport(precision, True, f"{precision} native: {text}", rate)
+        return PrecisionSupport(precision, False, f"{precision} {1 / ratio:.0f}x slower than fp32: {text}", rate)
 
     def reset_peak_memory(self) -> None:
         # ru_maxrss is a process high-water mark that never resets, so a window's peak is
@@ -113,8 +141,37 @@ class CPUAdapter:
         except (ValueError, OSError):
             return None
 
+    def peak_sizes(self) -> tuple[int, ...]:
+        # Two cores are saturated by a few hundred rows; larger sizes are tried while one product
+        # takes under about a second (peaks.measure_matmul_peak).
+        return (512, 1024, 2048, 4096)
+
     def distributed_backend(self) -> str:
         return "gloo"
+
+    def fused_optimizer(self) -> bool:
+        return True  # torch's fused AdamW has a CPU kernel since 2.4
+
+    def threads_per_rank(self, ranks: int) -> int | None:
+        # Data-parallel ranks on a CPU share its cores: each gets an equal slice, not all of them.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, cores // max(1, ranks))
+
+    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+        # DeepSpeed's CPU accelerator, and plain torch AdamW instead of a 45 s JIT build of its CPU Adam.
+        return {"DS_ACCELERATOR": "cpu"}, {"torch_adam": True}
+
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
+        if pattern == "2:4":
+            return None, "2:4 sparse kernels are NVIDIA tensor-core kernels; this is a CPU"
+        if dtype not in (torch.float32, torch.float64):
+            name = str(dtype).removeprefix("torch.")
+            return None, f"torch has no CPU sparse matmul for {name} (its CSR products use MKL: fp32/fp64 only)"
+        return "csr", "CSR products (MKL)"
+
+    def narrow_linear_fast_path(self, dtype: torch.dtype) -> bool:
+        # accel_kit.models.block: the NN-layout weight gradient is faster in CPU bf16 GEMMs.
+        return dtype == torch.bfloat16
 
     def describe(self) -> DeviceDescription:
         flags = _cpu_flags()
@@ -127,6 +184,7 @@ class CPUAdapter:
                 "threads": torch.get_num_threads(),
                 "logical_cpus": os.cpu_count(),
                 "isa": sorted(f for f in flags if f.startswith(("avx512", "amx"))),
+                "torch_cpu_capability": cpu_capability(),
             },
         )
 

@@ -5,10 +5,15 @@ from typing import Any
 
 import torch
 
-from accel_kit.devices.base import Availability, DeviceDescription
+from torch import nn
+
+from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport
+
+# torch's 2:4 semi-structured sparse kernels need Ampere (8.0) or newer.
+SEMI_STRUCTURED_MIN_CC = (8, 0)
 
 
-class CUDAAdapter:
+class CUDAAdapter(BaseAdapter):
     name = "cuda"
 
     def availability(self) -> Availability:
@@ -22,14 +27,29 @@ class CUDAAdapter:
     def torch_device(self, index: int = 0) -> torch.device:
         return torch.device("cuda", index)
 
+    def prepare(self, local_rank: int = 0) -> torch.device:
+        device = self.torch_device(local_rank)
+        torch.cuda.set_device(device)  # before NCCL initialises and before any allocation
+        return device
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
 
     def supported_precisions(self) -> tuple[str, ...]:
         precisions = ["fp32", "fp16"]
         if torch.cuda.is_bf16_supported():
             precisions.append("bf16")
         return tuple(precisions)
+
+    def precision_support(self, precision: str) -> PrecisionSupport:
+        # Tensor cores run fp16 on every GPU torch supports, bf16 from Ampere (is_bf16_supported).
+        name = torch.cuda.get_device_name()
+        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+            return PrecisionSupport("bf16", False, f"bf16 has no native path on {name}")
+        return PrecisionSupport(precision, True, f"{precision} native on {name}")
 
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats()
@@ -40,8 +60,33 @@ class CUDAAdapter:
     def total_memory_bytes(self) -> int | None:
         return torch.cuda.get_device_properties(0).total_memory
 
+    def peak_sizes(self) -> tuple[int, ...]:
+        # A GPU needs 8192^2 operands to fill its tensor cores.
+        return (4096, 8192)
+
     def distributed_backend(self) -> str:
         return "nccl"  # on ROCm builds torch maps "nccl" to RCCL
+
+    def wrap_ddp(self, model: nn.Module, device: torch.device) -> nn.Module:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[device.index])
+
+    def fused_optimizer(self) -> bool:
+        return True
+
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
+        name = str(dtype).removeprefix("torch.")
+        if pattern != "2:4":
+            return "csr", "cuSPARSE CSR products (used only where timed faster than dense)"
+        if torch.version.cuda is None:
+            return None, "2:4 sparse kernels are NVIDIA tensor-core kernels; this torch is not a CUDA build"
+        cc = torch.cuda.get_device_capability()
+        if cc < SEMI_STRUCTURED_MIN_CC:
+            return None, f"2:4 sparse tensor cores need compute capability >= 8.0, this GPU has {cc[0]}.{cc[1]}"
+        if dtype not in (torch.float16, torch.bfloat16):
+            return None, f"torch's 2:4 kernels run fp16/bf16 (and int8/fp8), not {name}"
+        return "2:4", f"2:4 semi-structured sparse tensor cores (compute capability {cc[0]}.{cc[1]})"
 
     def describe(self) -> DeviceDescription:
         props = torch.cuda.get_device_properties(0)

@@ -20,6 +20,9 @@ class ROCmAdapter(CUDAAdapter):
     def supported_precisions(self) -> tuple[str, ...]:
         return ("fp32", "fp16", "bf16")  # CDNA2+ computes all three in its matrix cores
 
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
+        return None, "torch's sparse kernels that beat dense (2:4 semi-structured) are NVIDIA-only"
+
     def math_mode(self) -> dict:
         # MI200/MI300 have no TF32 path in rocBLAS for torch's flag; record it anyway.
         return {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
