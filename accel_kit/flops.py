@@ -26,6 +26,17 @@ def block_matmul_flops_per_token(hidden: int, mlp_ratio: int = 4) -> int:
     return 2 * (3 * hidden**2 + hidden**2 + 2 * mlp_ratio * hidden**2)
 
 
+def block_gemm_shapes(tokens: int, hidden: int, mlp_ratio: int = 4) -> tuple[tuple[int, int, int], ...]:
+    """The (M, K, N) products of one block's linears on ``tokens`` rows, in forward order.
+
+    The same products ``block_matmul_flops_per_token`` counts (QKV, output projection, MLP up
+    and down): the measured matmul peak includes them, so the workload is compared with its
+    own shapes, not only square ones.
+    """
+    return ((tokens, hidden, 3 * hidden), (tokens, hidden, hidden), (tokens, hidden, mlp_ratio * hidden),
+            (tokens, mlp_ratio * hidden, hidden))
+
+
 def attention_flops_per_token(hidden: int, seq_len: int) -> int:
     """Forward FLOPs per token of the attention products in one block.
 

@@ -17,6 +17,8 @@ from accel_kit.errors import ParameterError
 from accel_kit.paths import params_dir
 
 Precision = Literal["fp32", "fp16", "bf16"]
+# What a user may ask for: a precision, or "auto" (resolved per device by its adapter).
+PrecisionRequest = Literal["auto", "fp32", "fp16", "bf16"]
 
 
 class StudyParams(BaseModel):
@@ -77,7 +79,8 @@ def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
 
 def _one_line(exc: ValidationError, values: dict[str, Any]) -> str:
     err = exc.errors()[0]
-    loc = err["loc"]
+    # A union's branch appears in the location as its type ("list[literal[...]]"): not a place the user wrote.
+    loc = [part for part in err["loc"] if not (isinstance(part, str) and "[" in part)]
     name = str(loc[0]) if loc else "?"
     where = name + "".join(f"[{i}]" for i in loc[1:])
     given = values.get(name, err.get("input"))

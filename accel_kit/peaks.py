@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 import torch
 
 from accel_kit.devices.base import DeviceAdapter, dtype_of
 from accel_kit.timing import measure
+from accel_kit.train.point import Point
 
 
 @dataclass(frozen=True)
@@ -116,42 +118,101 @@ def mfu_pct(achieved_tflops: float, peak_tflops: float | None) -> float | None:
     return value
 
 
+def mfu_measured(achieved_tflops: float, peak: "MeasuredPeak | None") -> dict:
+    """MFU against the measured matmul peak, as record metrics.
+
+    Unlike the datasheet, a measured peak can be unlucky (another process ran while it was
+    measured, or no probed shape found the device's best kernel): a point above 100 % of it
+    keeps its times and figure, flagged ``mfu_measured_unreliable`` with the reason.
+    """
+    if peak is None:
+        return {"peak_tflops_measured": None, "mfu_measured_pct": None,
+                "mfu_measured_reason": "matmul peak not measured (measure_peak is false)"}
+    value = 100.0 * achieved_tflops / peak.tflops
+    out = {"peak_tflops_measured": peak.tflops, "mfu_measured_pct": value, "peak_measured_shape": peak.best_shape}
+    if value > 100.0:
+        out["mfu_measured_unreliable"] = True
+        out["mfu_measured_reason"] = (
+            f"the workload ran at {value:.0f} % of the measured matmul peak ({achieved_tflops:.4f} against "
+            f"{peak.tflops:.4f} TFLOP/s, best of {len(peak.per_shape_tflops)} shapes): the peak measurement "
+            "was unlucky (a busy machine) or missed the device's best kernel; the point's times stand")
+    return out
+
+
 @dataclass
 class MeasuredPeak:
-    """Best matmul rate measured on this device for one precision."""
+    """Best matmul rate measured on this device for one precision, over square sizes and workload shapes."""
 
     precision: str
     tflops: float
-    best_size: int
-    per_size_tflops: dict[int, float] = field(default_factory=dict)
-    trials: int = 0
+    best_shape: str  # "n" for a square product, "MxKxN" for a workload shape
+    per_shape_tflops: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # shapes predicted to take over the product time limit
+
+    def best_of(self, other: "MeasuredPeak | None") -> "MeasuredPeak":
+        """The higher of two measurements (before and after a sweep: a busy moment only lowers a peak)."""
+        if other is None or other.tflops <= self.tflops:
+            return self
+        return other
 
     def to_dict(self) -> dict:
-        return {"precision": self.precision, "tflops": self.tflops, "best_size": self.best_size,
-                "per_size_tflops": {str(k): v for k, v in self.per_size_tflops.items()}, "trials": self.trials}
+        return asdict(self)
 
 
-def default_peak_sizes(adapter: DeviceAdapter) -> tuple[int, ...]:
-    # Large enough to saturate the device, small enough to finish in seconds: a GPU needs
-    # 8192^2 operands to fill its tensor cores; 2 CPU cores are saturated by 2048-4096.
-    return (1024, 2048, 4096) if adapter.name == "cpu" else (4096, 8192)
+Shape = tuple[int, int, int]  # (M, K, N): an (M, K) @ (K, N) product
+
+# Stop growing a product once one takes longer than this: the peak never takes minutes.
+MAX_PRODUCT_S = 1.0
 
 
 def measure_matmul_peak(adapter: DeviceAdapter, precision: str, *, sizes: tuple[int, ...] | None = None,
-                        warmup: int = 3, trials: int = 5) -> MeasuredPeak:
-    """Measure the best square-GEMM rate (C = A @ B, n x n) of the device for ``precision``.
+                        shapes: tuple[Shape, ...] = (), max_product_s: float = MAX_PRODUCT_S,
+                        warmup: int = 1, trials: int = 3) -> MeasuredPeak:
+    """Measure the best matmul rate of the device for ``precision``.
 
-    The median of ``trials`` timed products is taken per size; the peak is the best size.
+    Square products of ``sizes`` (default: the adapter's), ascending, then ``shapes`` (the
+    workload's own GEMMs: a block's products are far from square, and on some CPUs they run
+    faster than any square size). A product predicted, from the best rate so far, to take
+    longer than ``max_product_s`` is skipped and listed; so is every larger square once one
+    has taken that long. Each product's rate is its best of ``trials`` (a peak is what the
+    device can do; interference only lowers it).
     """
     device = adapter.torch_device()
     dtype = dtype_of(precision)
-    per_size: dict[int, float] = {}
     gen = torch.Generator(device="cpu").manual_seed(0)
-    for n in sizes or default_peak_sizes(adapter):
-        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-        b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    candidates: list[tuple[str, Shape]] = [(str(n), (n, n, n)) for n in sorted(sizes or adapter.peak_sizes())]
+    candidates += [(f"{m}x{k}x{n}", (m, k, n)) for m, k, n in dict.fromkeys(shapes)]
+    per_shape: dict[str, float] = {}
+    skipped: list[str] = []
+    best_rate = 0.0  # FLOP/s
+    squares_done = False
+    for label, (m, k, n) in candidates:
+        flop = 2 * m * k * n
+        square = m == k == n and label == str(m)
+        if (square and squares_done) or (best_rate and flop / best_rate > max_product_s):
+            skipped.append(label)
+            continue
+        a = torch.randn(m, k, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(k, n, generator=gen).to(device=device, dtype=dtype)
         timing = measure(functools.partial(torch.mm, a, b), adapter.synchronize, warmup=warmup, trials=trials)
-        per_size[n] = 2 * n**3 / timing.median_s / 1e12
-        del a, b  # free this size's operands before the next, larger size is allocated
-    best = max(per_size, key=per_size.__getitem__)
-    return MeasuredPeak(precision, per_size[best], best, per_size, trials)
+        per_shape[label] = flop / timing.min_s / 1e12
+        best_rate = max(best_rate, flop / timing.min_s)
+        if square and timing.min_s > max_product_s:
+            squares_done = True
+        del a, b  # free this shape's operands before the next one is allocated
+    best = max(per_shape, key=per_shape.__getitem__)
+    return MeasuredPeak(precision, per_shape[best], best, per_shape, skipped)
+
+
+class PeakPoint(Point):
+    """A matmul-peak measurement run by the sweep runner in a worker process of its own."""
+
+    kind: Literal["peak"] = "peak"
+    shapes: list[tuple[int, int, int]] = []
+
+    def measure(self, rank: int, world: int) -> dict:
+        from accel_kit.systems import load_system
+
+        adapter = load_system(self.system).adapter_instance()
+        adapter.prepare()
+        return {"status": "ok", "peak": measure_matmul_peak(adapter, self.precision, shapes=tuple(self.shapes)).to_dict()}

@@ -43,8 +43,9 @@ def new_run_id() -> str:
 def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
                 device: str | None = None, model: str | None = None, reason: str | None = None,
                 metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
-                warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None) -> dict:
-    """Build one record. ``status`` other than ok needs a ``reason``."""
+                warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
+                traceback: str | None = None) -> dict:
+    """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     if status != "ok" and not reason:
@@ -65,6 +66,7 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
         "times_s": times_s or [],
         "warmup_times_s": warmup_times_s or [],
         "env": env or {},
+        "traceback": traceback,
     }
 
 

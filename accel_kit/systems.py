@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from accel_kit.devices import DeviceAdapter, require_adapter
 from accel_kit.errors import ParameterError
-from accel_kit.params import Precision
+from accel_kit.params import Precision, PrecisionRequest
 from accel_kit.paths import params_dir
 
 
@@ -24,8 +24,8 @@ class System(BaseModel):
     device_model: str  # what the vendor calls one device
     devices_per_node: PositiveInt = 1
     memory_gib_per_device: float | None = Field(default=None, gt=0)
-    precisions: list[Precision]  # what the device computes natively
-    default_precision: Precision
+    precisions: list[Precision]  # the microbenchmark's sweep on this system (the paper's, for its systems)
+    default_precision: PrecisionRequest  # auto: the adapter picks the lowest precision native at speed
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
     seq_len: PositiveInt = 1024
     distributed: Literal["gloo", "nccl", "rccl", "hccl", "vendor"] = "gloo"

@@ -81,9 +81,19 @@ class Timing:
         return asdict(self)
 
 
+class OverBudget(RuntimeError):
+    """The first iteration says the whole measurement would exceed its time budget."""
+
+    def __init__(self, estimate_s: float, budget_s: float, first_s: float, iterations: int):
+        super().__init__(f"estimated {estimate_s:.0f} s ({iterations} iterations at {first_s:.2f} s, the first "
+                         f"one's time) exceeds the time budget of {budget_s:.0f} s")
+        self.estimate_s, self.budget_s = estimate_s, budget_s
+
+
 def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
             warmup: int = 2, trials: int = 5, noisy_cv: float = DEFAULT_NOISY_CV,
-            on_trial: Callable[[int, float], None] | None = None) -> Timing:
+            on_trial: Callable[[int, float], None] | None = None,
+            budget_s: float | None = None, extra_iterations: int = 0) -> Timing:
     """Time ``fn`` (one iteration of the work) ``trials`` times after ``warmup`` untimed-for-results runs.
 
     Args:
@@ -92,17 +102,32 @@ def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
         warmup: iterations run first (compile, autotune); their times are kept apart.
         trials: timed iterations; each is synchronised on both sides.
         on_trial: called with (trial index, seconds) after each timed trial (progress bars).
+        budget_s: after the first iteration, the whole measurement (warm-up, trials and
+            ``extra_iterations`` run by the caller afterwards) is estimated from its time;
+            OverBudget is raised when the estimate exceeds the budget.
     Returns:
         Timing with per-trial and warm-up times.
+    Raises:
+        OverBudget: the estimate from the first iteration exceeds ``budget_s``.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    warmup_times = [_timed(fn, synchronize) for _ in range(warmup)]
-    times = []
-    for i in range(trials):
-        times.append(_timed(fn, synchronize))
+    warmup_times: list[float] = []
+    times: list[float] = []
+    for i in range(warmup + trials):
+        elapsed = _timed(fn, synchronize)
+        if i == 0 and budget_s is not None:
+            # The first iteration includes compilation and allocator growth, so this errs long:
+            # a point it skips would have taken at least most of the estimate.
+            iterations = warmup + trials + extra_iterations
+            if elapsed * iterations > budget_s:
+                raise OverBudget(elapsed * iterations, budget_s, elapsed, iterations)
+        if i < warmup:
+            warmup_times.append(elapsed)
+            continue
+        times.append(elapsed)
         if on_trial is not None:
-            on_trial(i, times[-1])
+            on_trial(i - warmup, elapsed)
     return Timing(times_s=times, warmup_times_s=warmup_times, noisy_cv=noisy_cv)
 
 

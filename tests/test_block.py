@@ -1,4 +1,6 @@
 """Block against transformers' GPT2Block (the reference GPT-2 block) and its own plain path."""
+import dataclasses
+
 import pytest
 import torch
 from transformers import GPT2Config
@@ -54,15 +56,20 @@ def test_matches_transformers_fp32(T):
 @pytest.mark.parametrize("T", [16, 7])
 def test_cpu_fast_path_matches_plain_path_bf16(T, monkeypatch):
     ours, _ = _pair()
-    ours = ours.to(torch.bfloat16)
+    fast_cfg = dataclasses.replace(CFG, narrow_linear_fast_path=True)
+    ours = Block(fast_cfg).to(torch.bfloat16)
+    ours.load_state_dict(_pair()[0].state_dict())
     x = torch.randn(2, T, CFG.hidden_size, dtype=torch.bfloat16)
     g = torch.randn(2, T, CFG.hidden_size, dtype=torch.bfloat16)
     fast = _fwd_bwd(ours, x, g)
     ours.zero_grad(set_to_none=True)
     calls = []
-    monkeypatch.setattr(block_mod._NarrowOutputLinearCPU, "apply", lambda *a: calls.append(1) or torch.nn.functional.linear(*a))
+    monkeypatch.setattr(block_mod._NarrowOutputLinear, "apply", lambda *a: calls.append(1) or torch.nn.functional.linear(*a))
     plain = _fwd_bwd(ours, x, g)
     assert len(calls) == 2  # both c_proj layers (out <= in) took the fast path
+    plain_cfg_calls = len(calls)
+    Block(CFG).to(torch.bfloat16)(x)  # without the flag (the adapter's choice) no layer takes it
+    assert len(calls) == plain_cfg_calls
     torch.testing.assert_close(fast[0], plain[0], rtol=0, atol=0)  # same forward kernels
     torch.testing.assert_close(fast[1], plain[1], rtol=2e-2, atol=2e-2)
     for name in fast[2]:

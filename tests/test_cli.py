@@ -47,7 +47,7 @@ def test_unavailable_system(capsys):
 def test_precision_the_device_lacks(capsys, monkeypatch, out_dir):
     monkeypatch.setattr(CPUAdapter, "supported_precisions", lambda self: ("fp32", "bf16"))
     err = _fail(["run", "microbenchmark", *TINY, "-p", "precisions", "[fp16]"], capsys)
-    assert "precision 'fp16' is not supported by system 'cpu'" in err
+    assert "precision 'fp16' does not run on adapter 'cpu'" in err
 
 
 def test_run_writes_records(out_dir, capsys):

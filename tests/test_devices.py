@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from accel_kit.devices import ADAPTERS, DeviceAdapter, get_adapter, require_adapter
+from accel_kit.devices import ADAPTERS, BaseAdapter, DeviceAdapter, PrecisionSupport, get_adapter, require_adapter
 from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.systems import load_system, system_ids
 
@@ -78,7 +78,8 @@ def test_systems_parse_and_name_known_adapters():
     assert {"cpu", "a100", "h100", "h200", "mi250"} <= set(system_ids())
     for sid in system_ids():
         system = load_system(sid)
-        assert system.adapter in ADAPTERS and system.default_precision in system.precisions
+        assert system.adapter in ADAPTERS
+        assert system.default_precision == "auto" or system.default_precision in system.precisions
 
 
 def test_unknown_system():
@@ -100,3 +101,55 @@ def test_import_never_loads_vendor_sdks():
             "bad = [m for m in ('poptorch', 'habana_frameworks', 'cerebras', 'sambaflow', 'deepspeed') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+class _FakeCPU(BaseAdapter):
+    """An adapter whose precision rates are given, as an AVX2-only or an AMX CPU would measure them."""
+
+    name = "fake"
+
+    def __init__(self, gflops: dict[str, float]):
+        self.gflops = gflops
+
+    def precision_support(self, precision):
+        rate, fp32 = self.gflops[precision], self.gflops["fp32"]
+        native = precision == "fp32" or rate >= fp32
+        return PrecisionSupport(precision, native, f"{precision}: {rate} against {fp32} GFLOP/s", rate)
+
+
+def test_auto_precision_on_an_avx2_only_cpu_is_fp32_with_the_reason():
+    choice = _FakeCPU({"fp32": 64.0, "bf16": 1.2, "fp16": 1.1}).resolve_precision("auto")
+    assert choice.precision == "fp32" and not choice.emulated
+    assert "bf16 skipped: bf16: 1.2 against 64.0" in choice.reason and "fp16 skipped" in choice.reason
+
+
+def test_auto_precision_on_an_amx_cpu_is_bf16():
+    choice = _FakeCPU({"fp32": 100.0, "bf16": 600.0, "fp16": 2.0}).resolve_precision("auto")
+    assert choice.precision == "bf16" and choice.reason.startswith("auto: ")
+
+
+def test_explicit_slow_precision_still_runs_and_says_emulated():
+    choice = _FakeCPU({"fp32": 64.0, "bf16": 1.2, "fp16": 1.1}).resolve_precision("bf16")
+    assert choice.precision == "bf16" and choice.emulated and "emulated" in choice.reason
+
+
+def test_cpu_precision_support_is_measured():
+    adapter = get_adapter("cpu")
+    support = adapter.precision_support("bf16")
+    assert support.gflops > 0 and "GFLOP/s" in support.reason and "fp32" in support.reason
+    choice = adapter.resolve_precision("auto")
+    assert choice.precision in ("fp32", "bf16", "fp16") and choice.reason
+
+
+def test_no_module_outside_devices_asks_for_the_device_type():
+    """The adapter is the only place that knows the device: no branch on a device type elsewhere."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "accel_kit"
+    pattern = re.compile(r"device\.type\s*(==|!=|in\b)|torch\.cuda\.|\.type == \"cuda\"|adapter\.name\s*==|"
+                         r"system\.adapter\s*==")
+    offenders = [f"{path.relative_to(root)}:{n}: {line.strip()}"
+                 for path in root.rglob("*.py") if "devices" not in path.parts
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, "device-specific code outside accel_kit/devices/:\n" + "\n".join(offenders)

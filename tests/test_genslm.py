@@ -110,7 +110,7 @@ def test_study_on_synthetic_genomes_records_table_iv_metrics(out_dir):
     assert all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
     for rec in recs:
         p, m = rec["params"], rec["metrics"]
-        assert p["vocab_size"] == 71 and p["tokenizer"] == "codon-71" and p["data_source"] == "synthetic-genomes"
+        assert p["vocab_size"] == 71 and p["tokenizer"] == "codon-71" and p["data"] == "synthetic-genomes"
         assert read_meta(p["data"])["block_size"] == p["seq_len"]  # a prepared folder per length
         assert m["tokens_per_s"] > 0 and m["samples_per_s_mean"] > 0
         assert m["samples_per_s_mean"] == pytest.approx(2 / (sum(rec["times_s"]) / len(rec["times_s"])))
@@ -134,7 +134,7 @@ def test_user_fasta_with_ambiguous_bases_trains_with_forced_math_kernel(out_dir,
                             fasta=str(fasta), attention_kernel="math", **TINY)
     rec = run.records[0]
     assert rec["status"] == "ok", rec["reason"]
-    assert rec["params"]["data_source"] == f"fasta:{fasta.resolve()}"
+    assert rec["params"]["data"] == f"fasta:{fasta.resolve()}"
     assert rec["metrics"]["attention_kernel_ran"] == "math" and rec["metrics"]["tokens_per_s"] > 0
 
 

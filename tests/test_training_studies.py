@@ -24,7 +24,7 @@ def test_scaling_notebook(out_dir):
     df = _notebook("scaling", out_dir, device_counts=[1, 2], **TINY, data="text")
     assert list(df["devices"]) == [1, 2] and set(df["status"]) == {"ok"}
     assert list(df["data_parallel_size"]) == [1, 2] and (df["tokens_per_s"] > 0).all()
-    assert (df["data_source"] == "text").all()
+    assert (df["data"] == "text").all()
     table = studies.study_module("scaling").table(df)
     assert table["speedup"].iloc[0] == 1.0 and table["scaling_efficiency_pct"].iloc[0] == 100.0
     assert (out_dir / "scaling" / "figures" / "scaling_throughput.html").exists()
@@ -40,7 +40,8 @@ def test_seq_length_notebook(out_dir):
 
 @pytest.mark.slow
 def test_gas_notebook(out_dir):
-    df = _notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1], **TINY, data="synthetic")
+    df = _notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1], **(TINY | {"micro_batch_size": None}),
+                   data="synthetic")
     assert list(df["gas"]) == [1, 2] and set(df["status"]) == {"ok"}
     assert list(df["global_batch_size"]) == [1, 2]
     assert (out_dir / "gas" / "figures" / "gas_tokens_per_s.html").exists()

@@ -11,8 +11,11 @@ from accel_kit.devices.base import (
     DTYPES,
     PRECISIONS,
     Availability,
+    BaseAdapter,
     DeviceAdapter,
     DeviceDescription,
+    PrecisionChoice,
+    PrecisionSupport,
     dtype_of,
 )
 from accel_kit.errors import ParameterError, UnavailableError
@@ -46,6 +49,7 @@ def require_adapter(name: str, *, system: str | None = None) -> DeviceAdapter:
 
 
 __all__ = [
-    "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "DeviceAdapter", "DeviceDescription",
+    "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
+    "PrecisionChoice", "PrecisionSupport",
     "dtype_of", "get_adapter", "require_adapter",
 ]

@@ -3,9 +3,10 @@
 GPT-2 layout (Radford et al. 2019): pre-LayerNorm, causal multi-head self-attention with a
 fused QKV projection, residual, pre-LayerNorm, MLP (4x, tanh-approximated GELU), residual.
 Attention goes through ``torch.nn.functional.scaled_dot_product_attention`` so each device
-picks its fastest causal kernel (flash / memory-efficient on GPUs, flash on CPU). On CPU in bf16
-the output projections use a custom backward with a faster GEMM layout; elsewhere (CUDA, fp32,
-autocast) every layer is the plain ``nn.Linear``.
+picks its fastest causal kernel (flash / memory-efficient on GPUs, flash on CPU). With
+``narrow_linear_fast_path`` (set where the device adapter says it pays: CPU bf16) the output
+projections use a custom backward with a faster GEMM layout; otherwise every layer is the
+plain ``nn.Linear``.
 
 Parameter names follow transformers' ``GPT2Block`` (``ln_1``, ``attn.c_attn`` ...) so weights
 convert by name; only the linear weights are stored as ``nn.Linear`` (out, in) rather than
@@ -30,6 +31,8 @@ class BlockConfig:
         mlp_ratio: MLP width as a multiple of h (GPT-2: 4).
         layer_norm_eps: LayerNorm epsilon (GPT-2: 1e-5).
         bias: linear layers carry biases (GPT-2: yes).
+        narrow_linear_fast_path: bf16 output projections compute their weight gradient as an
+            NN GEMM (``_NarrowOutputLinear``); the device adapter decides where that is faster.
     """
 
     hidden_size: int = 1600
@@ -37,6 +40,7 @@ class BlockConfig:
     mlp_ratio: int = 4
     layer_norm_eps: float = 1e-5
     bias: bool = True
+    narrow_linear_fast_path: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
@@ -47,8 +51,8 @@ class BlockConfig:
         return self.hidden_size // self.n_heads
 
 
-class _NarrowOutputLinearCPU(torch.autograd.Function):
-    """``F.linear`` for bf16 on CPU whose weight gradient runs as an NN GEMM.
+class _NarrowOutputLinear(torch.autograd.Function):
+    """``F.linear`` for bf16 whose weight gradient runs as an NN GEMM (measured faster on CPUs).
 
     The weight gradient dW = g^T @ x, g (M, out) and x (M, in), is a "TN" GEMM: oneDNN's bf16
     kernels run it at about half the speed of NN (GPT-2 XL mlp.c_proj, M=4096, 6400->1600:
@@ -80,16 +84,16 @@ class _NarrowOutputLinearCPU(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
-def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    """``layer(x)``, with the CPU bf16 fast path where it pays (see ``_NarrowOutputLinearCPU``)."""
+def _linear(x: torch.Tensor, layer: nn.Linear, fast_path: bool) -> torch.Tensor:
+    """``layer(x)``, with the bf16 fast path where it is enabled and pays (see ``_NarrowOutputLinear``)."""
     w = layer.weight
     if (
-        x.device.type == "cpu"
+        fast_path
         and x.dtype == w.dtype == torch.bfloat16
         and w.shape[0] <= w.shape[1]
-        and not torch.is_autocast_enabled("cpu")
+        and not torch.is_autocast_enabled(x.device.type)
     ):
-        return _NarrowOutputLinearCPU.apply(x, w, layer.bias)
+        return _NarrowOutputLinear.apply(x, w, layer.bias)
     return layer(x)
 
 
@@ -97,6 +101,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: BlockConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.fast_path = cfg.narrow_linear_fast_path
         self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)  # fused Q, K, V
         self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
 
@@ -105,7 +110,7 @@ class CausalSelfAttention(nn.Module):
         # (B, T, 3C) -> (3, B, nh, T, hs) without copies: SDPA takes strided views.
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        return _linear(y.transpose(1, 2).reshape(B, T, C), self.c_proj)
+        return _linear(y.transpose(1, 2).reshape(B, T, C), self.c_proj, self.fast_path)
 
 
 class MLP(nn.Module):
@@ -113,10 +118,11 @@ class MLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(cfg.hidden_size, cfg.mlp_ratio * cfg.hidden_size, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.mlp_ratio * cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.fast_path = cfg.narrow_linear_fast_path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # GPT-2's "gelu_new" is the tanh approximation; PyTorch has it as one fused kernel.
-        return _linear(F.gelu(self.c_fc(x), approximate="tanh"), self.c_proj)
+        return _linear(F.gelu(self.c_fc(x), approximate="tanh"), self.c_proj, self.fast_path)
 
 
 class Block(nn.Module):

@@ -30,6 +30,7 @@ class GPTConfig:
     mlp_ratio: int = 4
     pad_vocab_multiple: int = 1  # e.g. 64: 50257 -> 50304 rows, faster matmuls; recorded in results
     dropout: float = 0.0
+    narrow_linear_fast_path: bool = False  # a kernel choice, from the device adapter (models.block)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
@@ -42,7 +43,8 @@ class GPTConfig:
 
     @property
     def block(self) -> BlockConfig:
-        return BlockConfig(self.hidden_size, self.n_heads, self.mlp_ratio)
+        return BlockConfig(self.hidden_size, self.n_heads, self.mlp_ratio,
+                           narrow_linear_fast_path=self.narrow_linear_fast_path)
 
     def replace(self, **changes) -> "GPTConfig":
         return replace(self, **changes)

@@ -67,3 +67,18 @@ def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, se
 def fits(estimate: MemoryEstimate, device_bytes: int | None, *, usable_fraction: float = 0.9) -> bool:
     """True when the estimate is within ``usable_fraction`` of the device (allocator slack); unknown memory fits."""
     return device_bytes is None or estimate.total_bytes <= usable_fraction * device_bytes
+
+
+def estimate_block_memory(batch: int, seq_len: int, hidden: int, mlp_ratio: int, dtype_bytes: int, *,
+                          backward: bool) -> int:
+    """Bytes one block's microbenchmark point needs, at least: weights (and their gradients),
+    input and output, and the activations backward keeps (the 34 s*b*h-byte figure above, per
+    16-bit element; scaled to ``dtype_bytes``), with fused attention (no score matrix).
+    """
+    weights = (4 + 2 * mlp_ratio) * hidden**2 * dtype_bytes
+    io = 2 * batch * seq_len * hidden * dtype_bytes
+    if not backward:
+        # the widest live intermediate: the MLP's (tokens, r*h) activation
+        return weights + io + batch * seq_len * mlp_ratio * hidden * dtype_bytes
+    activations = seq_len * batch * hidden * 34 * dtype_bytes // 2
+    return 2 * weights + 2 * io + activations

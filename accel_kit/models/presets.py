@@ -47,7 +47,7 @@ PRESETS: dict[str, GPTConfig] = {
 }
 
 # Overrides build_model/count_params accept: GPTConfig fields other than the shape itself.
-OVERRIDABLE = ("vocab_size", "seq_len", "pad_vocab_multiple", "dropout")
+OVERRIDABLE = ("vocab_size", "seq_len", "pad_vocab_multiple", "dropout", "narrow_linear_fast_path")
 
 
 def get_config(preset: str, **overrides: Any) -> GPTConfig:

@@ -96,6 +96,45 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
     return StudyRun(study, system, run_id, study_dir, records)
 
 
+def parameter_names(study: str) -> list[str]:
+    """What a user may set for ``study`` (beyond system, profile and output_dir); a notebook's
+    parameters cell names exactly these."""
+    return study_module(study).Params.parameter_names()
+
+
+NOTEBOOK_NAMES = ("system", "profile", "output_dir")
+
+
+def run_notebook(study: str, namespace: dict[str, Any], *, progress: bool = True) -> StudyRun:
+    """Run ``study`` from a notebook whose parameters cell set ``namespace`` (its globals()).
+
+    papermill only warns about a parameter the notebook does not declare and runs on without it;
+    here such a parameter is an error. It is found in the cell papermill injects (its source
+    starts with "# Parameters"), read from IPython's input history.
+    """
+    known = set(NOTEBOOK_NAMES) | set(parameter_names(study))
+    unknown = sorted(set(_injected_names(namespace)) - known)
+    if unknown:
+        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook {study!r}; "
+                             f"known: {', '.join(sorted(known))}")
+    overrides = {name: namespace.get(name) for name in parameter_names(study)}
+    return run_study(study, system=namespace.get("system", "cpu"), profile=namespace.get("profile", "quick"),
+                     output_dir=namespace.get("output_dir"), progress=progress, **overrides)
+
+
+def _injected_names(namespace: dict[str, Any]) -> list[str]:
+    import ast
+
+    names = []
+    for source in namespace.get("In", []) or []:
+        if not source.lstrip().startswith("# Parameters"):
+            continue
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign):
+                names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
 def figures(study: str, study_dir: str | Path, save: bool = True) -> dict[str, Any]:
     """Figures from every system's records under ``study_dir``; saved as HTML under ``study_dir/figures``."""
     from accel_kit import plots

@@ -28,7 +28,7 @@ import hashlib
 import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pandas as pd
 from pydantic import Field, PositiveInt, field_validator
@@ -36,9 +36,8 @@ from pydantic import Field, PositiveInt, field_validator
 from accel_kit import results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
-from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
-from accel_kit.train.attention import AttentionKernel
 
 STUDY = "genslm"
 # A point's identity in tables (the most recent record of each wins).
@@ -59,20 +58,14 @@ class Params(TrainingParams):
     tokenizer: Literal["codon-71", "codon-69"] = "codon-71"
     # vocab_size (inherited): None = the tokenizer's (71 or 69); at least that many. The paper's
     # CS-2 GPT-3 XL used vocab 70, i.e. `-p tokenizer codon-69 -p vocab_size 70`.
-    attention_kernel: AttentionKernel = "auto"
     quality_preset: str | None = None  # trained for quality_steps at every length (added to presets if absent)
     quality_steps: PositiveInt = 30
-    # Inherited single values that this study takes as lists (or from fasta): rejected when given,
-    # rather than silently ignored.
+    # Single values of the training spec that this study takes as lists (or from fasta).
+    REPLACED_BY: ClassVar[dict[str, str]] = {
+        "preset": "presets (a list)", "seq_len": "seq_lens (a list)",
+        "data": "fasta (a FASTA file or folder; none: synthetic genomes)"}
     preset: str | None = None
-    data: str = "synthetic-genomes"  # recorded as data_source; set from fasta, not by hand
-
-    @field_validator("preset", "seq_len", "data")
-    @classmethod
-    def _not_here(cls, value, info):
-        instead = {"preset": "presets (a list)", "seq_len": "seq_lens (a list)",
-                   "data": "fasta (a FASTA file or folder; none: synthetic genomes)"}[info.field_name]
-        raise ValueError(f"the GenSLM study does not take {info.field_name!r}; use {instead}")
+    data: str | None = None  # each point's is set from fasta (its source label)
 
     @field_validator("presets")
     @classmethod
@@ -158,12 +151,12 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     lengths = sorted(set(params.seq_lens))  # ascending, so the memory frontier is found first
     folders, source = prepare_genomes(params, records_path.parent.parent / "data", lengths, progress=progress)
     vocab = params.model_vocab_size()
-    points = [make_point(params, system, preset=preset, seq_len=seq_len, vocab_size=vocab, data=folders[seq_len],
-                         attention_kernel=params.attention_kernel,
+    choice = resolve_precision(params, system)
+    # data says where the genomes came from (the resume key), data_path is each length's prepared folder.
+    points = [make_point(params, system, choice, preset=preset, seq_len=seq_len, vocab_size=vocab, data=source,
+                         data_path=folders[seq_len],
                          steps=params.quality_steps if preset == params.quality_preset else params.steps)
               for preset in params.point_presets() for seq_len in lengths]
-    # data_source in the records says where the genomes came from; each point's data is its folder.
-    params = params.model_copy(update={"data": source})
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                       progress=progress)
 

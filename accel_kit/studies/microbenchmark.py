@@ -1,9 +1,12 @@
 """Study 1: one GPT-2 XL transformer block, forward and forward+backward TFLOPS (paper Figures 3, 4).
 
-Each point (implementation x precision x batch size x direction) is measured in isolation:
-an out-of-memory or any other failure is recorded with its status and the sweep goes on.
-The module is cast to the precision (weights and activations), as the paper's
-microbenchmark does; fp32 means true fp32 (TF32 off) unless ``tf32`` is set.
+Each point (implementation x precision x batch size x direction) runs in its own process
+through the sweep runner, like every training point: an out-of-memory, a crash, a hang or a
+time budget that cannot be met is recorded with its status and the sweep goes on; a re-run
+resumes; a SIGKILL loses nothing recorded. The module is cast to the precision (weights and
+activations), as the paper's microbenchmark does; fp32 means true fp32 (TF32 off) unless
+``tf32`` is set. ``precisions: auto`` runs fp32 and each lower precision the device executes
+natively at speed; an explicit list runs as asked, and emulated precisions say so.
 """
 from __future__ import annotations
 
@@ -14,19 +17,21 @@ from typing import Literal
 import pandas as pd
 import torch
 from pydantic import Field, PositiveInt, model_validator
-from tqdm import tqdm
 
 from accel_kit import flops as F
 from accel_kit import peaks, results
-from accel_kit.devices import DeviceAdapter, dtype_of
-from accel_kit.errors import ParameterError
+from accel_kit.devices import PRECISIONS, dtype_of
 from accel_kit.models.block import Block, BlockConfig
 from accel_kit.params import Precision, StudyParams
 from accel_kit.systems import System
-from accel_kit.timing import measure
+from accel_kit.timing import OverBudget, measure
+from accel_kit.train.point import Point
+from accel_kit.train.sweep import PeakReference, run_sweep
 
 STUDY = "microbenchmark"
 GiB = 2**30
+Direction = Literal["forward", "forward_backward"]
+Impl = Literal["native", "hf"]
 
 
 class Params(StudyParams):
@@ -37,23 +42,55 @@ class Params(StudyParams):
     mlp_ratio: PositiveInt = 4
     seq_len: PositiveInt = 1024
     batch_sizes: list[PositiveInt] = Field(default=[8, 16, 32, 64], min_length=1)
-    precisions: list[Precision] | None = None  # None: every precision the system lists
-    directions: list[Literal["forward", "forward_backward"]] = Field(
-        default=["forward", "forward_backward"], min_length=1)
-    impls: list[Literal["native", "hf"]] = Field(default=["native"], min_length=1)
+    # None: the system's list; auto: fp32 and each lower precision the device runs natively at speed.
+    precisions: list[Precision] | Literal["auto"] | None = None
+    directions: list[Direction] = Field(default=["forward", "forward_backward"], min_length=1)
+    impls: list[Impl] = Field(default=["native"], min_length=1)
     warmup: int = Field(default=2, ge=0)
     trials: PositiveInt = 5
     tf32: bool = False  # allow TF32 for fp32 matmuls (recorded either way)
     torch_compile: bool = False  # torch.compile the block; compile time lands in warm-up, reported apart
-    measure_peak: bool = True  # measure the square-GEMM peak per precision for mfu_measured_pct
+    measure_peak: bool = True  # measure the matmul peak per precision for mfu_measured_pct
     noisy_cv: float = Field(default=0.05, gt=0)
     seed: int = 0
+    time_budget_s: float | None = Field(default=None, gt=0)  # per point; an estimate above it is skipped
+    timeout_s: float = Field(default=900, gt=0)  # per point; a hung point is killed and recorded
+    memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on each point's process
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "Params":
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
         return self
+
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        return list(cls.model_fields)
+
+
+class BlockPoint(Point):
+    """One microbenchmark point: a block of this shape, in this precision, timed in one direction."""
+
+    kind: Literal["block"] = "block"
+    impl: Impl
+    hidden_size: PositiveInt
+    n_heads: PositiveInt
+    mlp_ratio: PositiveInt
+    seq_len: PositiveInt
+    batch_size: PositiveInt
+    direction: Direction
+    warmup: int
+    trials: PositiveInt
+    tf32: bool
+    torch_compile: bool
+    noisy_cv: float
+    seed: int
+
+    def label(self) -> str:
+        return f"{self.impl} {self.precision} b={self.batch_size} {self.direction}"
+
+    def measure(self, rank: int, world: int) -> dict:
+        return measure_block(self)
 
 
 def build_block(impl: str, cfg: BlockConfig, seq_len: int) -> torch.nn.Module:
@@ -75,115 +112,114 @@ def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+def resolve_precisions(params: Params, system: System) -> list:
+    """The precisions to sweep, each resolved by the adapter (with the reason recorded)."""
+    adapter = system.adapter_instance()
+    if params.precisions == "auto":
+        # fp32 always (the reference), plus each lower precision the device runs natively at speed.
+        choices = [adapter.resolve_precision("fp32")]
+        for low in PRECISIONS[1:]:
+            support = adapter.precision_support(low) if low in adapter.supported_precisions() else None
+            if support and support.native:
+                choices.append(adapter.resolve_precision(low))
+        return choices
+    return [adapter.resolve_precision(p) for p in (params.precisions or list(system.precisions))]
+
+
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
         progress: bool = True) -> list[dict]:
-    """Measure every point; append one record per point to ``records_path``; return the records."""
-    adapter = system.adapter_instance()
-    precisions = params.precisions or list(system.precisions)
-    missing = [p for p in precisions if p not in adapter.supported_precisions()]
-    if missing:
-        raise ParameterError(f"precision {missing[0]!r} is not supported by system {system.id!r} "
-                             f"(supports {', '.join(adapter.supported_precisions())})")
-    adapter.set_tf32(params.tf32)
+    """Measure (or resume) every point, each in its own process; one record per point."""
+    choices = resolve_precisions(params, system)
+    fixed = params.model_dump(include={"hidden_size", "n_heads", "mlp_ratio", "seq_len", "warmup", "trials", "tf32",
+                                       "torch_compile", "noisy_cv", "seed", "time_budget_s", "memory_limit_gib"})
+    points = [BlockPoint(system=system.id, impl=i, precision=c.precision, precision_reason=c.reason, batch_size=b,
+                         direction=d, **fixed)
+              for i in params.impls for c in choices for b in params.batch_sizes for d in params.directions]
+    shapes = tuple(shape for b in dict.fromkeys((min(params.batch_sizes), max(params.batch_sizes)))
+                   for shape in F.block_gemm_shapes(b * params.seq_len, params.hidden_size, params.mlp_ratio))
+    peak = PeakReference(system.id, shapes, enabled=params.measure_peak)
+    extra = params.model_dump(exclude=set(BlockPoint.model_fields)) | {
+        "profile": profile, "precisions": [c.precision for c in choices],
+        "precisions_requested": params.precisions}
+    return run_sweep(STUDY, points, records_path=records_path, run_id=run_id, extra_params=extra,
+                     timeout_s=params.timeout_s, progress=progress, peak=peak)
+
+
+def measure_block(point: BlockPoint) -> dict:
+    """Measure one point in this (worker) process; returns its result for the record."""
+    from accel_kit.models.memory import estimate_block_memory
+    from accel_kit.systems import load_system
+    from accel_kit.train.worker import over_budget_before_start
+
+    adapter = load_system(point.system).adapter_instance()
+    device = adapter.prepare()
+    adapter.set_tf32(point.tf32)
     env = results.environment(adapter)
     device_model = env["device"]["model"]
-    resolved = params.model_dump() | {"precisions": precisions, "profile": profile}
+    dtype = dtype_of(point.precision)
+    cfg = BlockConfig(point.hidden_size, point.n_heads, point.mlp_ratio,
+                      narrow_linear_fast_path=adapter.narrow_linear_fast_path(dtype))
+    batch, direction = point.batch_size, point.direction
+    flops = F.block_flops(batch, point.seq_len, cfg.hidden_size, mlp_ratio=cfg.mlp_ratio, direction=direction)
+    out = {"env": env, "model": f"gpt2-block-h{point.hidden_size}", "metrics": {"flops": flops}}
 
-    measured_peaks: dict[str, peaks.MeasuredPeak] = {}
-    if params.measure_peak:
-        for precision in tqdm(precisions, desc="matmul peak", disable=not progress):
-            measured_peaks[precision] = peaks.measure_matmul_peak(adapter, precision)
+    # Before anything is allocated: will it fit, and can it finish within its time budget?
+    need = estimate_block_memory(batch, point.seq_len, cfg.hidden_size, cfg.mlp_ratio, dtype.itemsize,
+                                 backward=direction == "forward_backward")
+    device_bytes = adapter.total_memory_bytes()
+    if device_bytes is not None and need > 0.9 * device_bytes:
+        return out | {"status": "unsupported", "metrics": {"flops": flops, "mem_estimate_gib": need / GiB},
+                      "reason": f"does not fit: needs at least {need / GiB:.1f} GiB, device has "
+                                f"{device_bytes / GiB:.1f} GiB"}
+    why = over_budget_before_start(point, adapter, flops * (point.warmup + point.trials))
+    if why:
+        return out | {"status": "skipped", "reason": why}
 
-    points = [(i, p, b, d) for i in params.impls for p in precisions for b in params.batch_sizes
-              for d in params.directions]
-    records = []
-    bar = tqdm(points, desc=f"{STUDY} on {system.id}", disable=not progress)
-    for impl, precision, batch, direction in bar:
-        bar.set_postfix_str(f"{impl} {precision} b={batch} {direction}")
-        point = {"impl": impl, "precision": precision, "batch_size": batch, "direction": direction}
-        record = _measure_point(params, adapter, point, device_model, measured_peaks.get(precision))
-        record = results.make_record(
-            study=STUDY, system=system.id, device=device_model, model=f"gpt2-block-h{params.hidden_size}",
-            params=resolved | point, run_id=run_id, env=env, **record)
-        results.append_record(records_path, record)
-        records.append(record)
-        if record["status"] == "ok":
-            bar.set_postfix_str(f"{impl} {precision} b={batch} {direction}: {record['metrics']['tflops']:.2f} TFLOP/s")
-    return records
+    torch.manual_seed(point.seed)
+    module = build_block(point.impl, cfg, point.seq_len).to(device=device, dtype=dtype)
+    if point.torch_compile:
+        module = torch.compile(module)
+    x = torch.randn(batch, point.seq_len, cfg.hidden_size, device=device, dtype=dtype,
+                    requires_grad=direction == "forward_backward")
+    if direction == "forward":
+        def step():
+            with torch.no_grad():
+                _first(module(x))
+    else:
+        grad_out = torch.randn_like(x)
 
+        def step():
+            module.zero_grad(set_to_none=True)
+            x.grad = None
+            _first(module(x)).backward(grad_out)
 
-def _measure_point(params: Params, adapter: DeviceAdapter, point: dict, device_model: str,
-                   measured_peak: peaks.MeasuredPeak | None) -> dict:
-    """Measure one point; returns the status-dependent parts of its record."""
-    cfg = BlockConfig(params.hidden_size, params.n_heads, params.mlp_ratio)
-    batch, precision, direction = point["batch_size"], point["precision"], point["direction"]
-    device, dtype = adapter.torch_device(), dtype_of(precision)
-    flops = F.block_flops(batch, params.seq_len, cfg.hidden_size, mlp_ratio=cfg.mlp_ratio, direction=direction)
-    state: dict = {}
+    adapter.reset_peak_memory()
     try:
-        torch.manual_seed(params.seed)
-        module = build_block(point["impl"], cfg, params.seq_len).to(device=device, dtype=dtype)
-        if params.torch_compile:
-            module = torch.compile(module)
-        x = torch.randn(batch, params.seq_len, cfg.hidden_size, device=device, dtype=dtype,
-                        requires_grad=direction == "forward_backward")
-        state.update(module=module, x=x)
-        if direction == "forward":
-            def step():
-                with torch.no_grad():
-                    _first(module(x))
-        else:
-            grad_out = torch.randn_like(x)
-            state["grad_out"] = grad_out
+        timing = measure(step, adapter.synchronize, warmup=point.warmup, trials=point.trials,
+                         noisy_cv=point.noisy_cv, budget_s=point.time_budget_s)
+    except OverBudget as exc:
+        return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
+                      "metrics": {"flops": flops, "time_estimate_s": exc.estimate_s}}
+    mem = adapter.peak_memory_bytes()
+    del module, x
+    gc.collect()
+    adapter.empty_cache()
 
-            def step():
-                module.zero_grad(set_to_none=True)
-                x.grad = None
-                _first(module(x)).backward(grad_out)
-
-        adapter.reset_peak_memory()
-        timing = measure(step, adapter.synchronize, warmup=params.warmup, trials=params.trials,
-                         noisy_cv=params.noisy_cv)
-        mem = adapter.peak_memory_bytes()
-        metrics = _metrics(flops, timing.median_s, batch * params.seq_len, precision, params.tf32,
-                           device_model, measured_peak)
-        metrics.update(timing.summary())
-        metrics["mem_peak_gib"] = mem / GiB if mem is not None else None
-        return {"status": "ok", "metrics": metrics, "times_s": timing.times_s,
-                "warmup_times_s": timing.warmup_times_s}
-    except torch.OutOfMemoryError as exc:
-        return {"status": "oom", "reason": _first_line(exc), "metrics": {"flops": flops}}
-    except Exception as exc:  # any failure of one point is recorded; the sweep goes on
-        return {"status": "error", "reason": f"{type(exc).__name__}: {_first_line(exc)}", "metrics": {"flops": flops}}
-    finally:
-        state.clear()
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-def _metrics(flops: int, time_s: float, tokens: int, precision: str, tf32: bool, device_model: str,
-             measured_peak: peaks.MeasuredPeak | None) -> dict:
-    achieved = F.tflops(flops, time_s)
-    peak, source = peaks.datasheet_peak_tflops(device_model, precision, tf32=tf32)
+    achieved = F.tflops(flops, timing.median_s)
+    peak, source = peaks.datasheet_peak_tflops(device_model, point.precision, tf32=point.tf32)
+    measured = peaks.MeasuredPeak(**point.peak) if point.peak else None
     metrics = {
         "flops": flops,  # FLOPs of one timed iteration: tflops == flops / time_median_s / 1e12
         "tflops": achieved,
-        "tokens_per_s": tokens / time_s,
+        "tokens_per_s": batch * point.seq_len / timing.median_s,
         "peak_tflops_datasheet": peak,
-        "mfu_pct": peaks.mfu_pct(achieved, peak),
-        "peak_tflops_measured": measured_peak.tflops if measured_peak else None,
-        "mfu_measured_pct": peaks.mfu_pct(achieved, measured_peak.tflops) if measured_peak else None,
-    }
+        "mfu_pct": peaks.mfu_pct(achieved, peak),  # above 100 % of a datasheet is a bug: raises
+        **peaks.mfu_measured(achieved, measured),
+        "mem_peak_gib": mem / GiB if mem is not None else None,
+    } | timing.summary()
     metrics["datasheet_source" if peak is not None else "mfu_reason"] = source
-    if measured_peak is None:
-        metrics["mfu_measured_reason"] = "matmul peak not measured (measure_peak is false)"
-    return metrics
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return out | {"status": "ok", "metrics": metrics, "times_s": timing.times_s,
+                  "warmup_times_s": timing.warmup_times_s, "summary": f"{achieved:.3f} TFLOP/s"}
 
 
 # ---- presentation -------------------------------------------------------------------------------

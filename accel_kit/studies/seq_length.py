@@ -6,12 +6,13 @@ Points that do not fit are part of the result: a configuration that runs out of 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import results
-from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "seq_length"
@@ -19,13 +20,15 @@ KEYS = ["system", "preset", "precision", "devices", "seq_len"]
 
 
 class Params(TrainingParams):
+    REPLACED_BY: ClassVar[dict[str, str]] = {"seq_len": "seq_lens (a list)"}
     seq_lens: list[PositiveInt] = Field(default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], min_length=1)
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
         progress: bool = True) -> list[dict]:
     # Ascending, so the memory frontier is found before the longer lengths are tried.
-    points = [make_point(params, system, seq_len=s) for s in sorted(set(params.seq_lens))]
+    choice = resolve_precision(params, system)
+    points = [make_point(params, system, choice, seq_len=s) for s in sorted(set(params.seq_lens))]
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                       progress=progress)
 

@@ -22,7 +22,7 @@ Two kinds of runs, from one set of parameters:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import pandas as pd
 from pydantic import Field
@@ -30,13 +30,13 @@ from pydantic import Field
 from accel_kit import results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
-from accel_kit.studies._training import TrainingParams, make_point, run_points
+from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "sparsity"
 # A sparse point and its dense baseline share all of these.
 GROUP = ["system", "preset", "precision", "micro_batch_size", "seq_len", "steps", "warmup_steps", "sparse_kernels",
-         "dense_finetune_steps", "data_source"]
+         "dense_finetune_steps", "data"]
 KEYS = GROUP + ["sparsity_pattern", "sparsity"]
 LOSS_WINDOW = 10  # a run's final loss: the mean over its last LOSS_WINDOW steps (one batch is noisy)
 
@@ -50,13 +50,16 @@ class Params(TrainingParams):
     throughput comparison (Figure 7).
     """
 
+    REPLACED_BY: ClassVar[dict[str, str]] = {"sparsity": "sparsities (a list)",
+                                             "sparsity_pattern": "sparsity_patterns (a list)"}
     presets: list[str] = Field(default=["gpt2-xl", "gpt3-6.7b", "gpt3-30b"], min_length=1)
     sparsities: list[Sparsity] = Field(default=[0.0, 0.6, 0.8, 0.9], min_length=1)  # unstructured; 0 = dense
     sparsity_patterns: list[Literal["unstructured", "2:4"]] = Field(default=["unstructured", "2:4"], min_length=1)
-    sparse_kernels: Literal["dense", "auto"] = "auto"  # auto: a sparse kernel where one exists and beats dense
+    # (sparse_kernels defaults to auto here: a sparse kernel where one exists and beats dense)
+    sparse_kernels: Literal["dense", "auto"] = "auto"
     loss_steps: int = Field(default=0, ge=0)  # optimizer steps of each loss-curve run; 0: no loss curves
     loss_warmup_steps: int = Field(default=10, ge=0)  # learning-rate warm-up of the loss-curve runs
-    dense_finetune_steps: int = Field(default=0, ge=0)  # dense steps after the sparse ones (loss-curve runs)
+    # (dense_finetune_steps, from the training spec, applies to the loss-curve runs only)
 
     def check(self, system: System) -> None:
         super().check(system)
@@ -79,13 +82,13 @@ def configurations(params: Params) -> list[tuple[str, float]]:
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
         progress: bool = True) -> list[dict]:
     configs = configurations(params)
-    sparse = dict(sparse_kernels=params.sparse_kernels)
-    points = [make_point(params, system, preset=preset, sparsity=s, sparsity_pattern=pattern, **sparse)
+    choice = resolve_precision(params, system)
+    points = [make_point(params, system, choice, preset=preset, sparsity=s, sparsity_pattern=pattern,
+                         dense_finetune_steps=0)
               for preset in dict.fromkeys(params.presets) for pattern, s in configs]
     if params.loss_steps:
-        points += [make_point(params, system, sparsity=s, sparsity_pattern=pattern, steps=params.loss_steps,
-                              warmup_steps=params.loss_warmup_steps,
-                              dense_finetune_steps=params.dense_finetune_steps, **sparse)
+        points += [make_point(params, system, choice, sparsity=s, sparsity_pattern=pattern, steps=params.loss_steps,
+                              warmup_steps=params.loss_warmup_steps)
                    for pattern, s in configs]
     points = list({p.key(): p for p in points}.values())  # a loss-curve run may equal a throughput run
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
@@ -125,7 +128,7 @@ def final_loss(losses) -> float:
 def _latest(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     for col, default in (("sparsity", 0.0), ("sparsity_pattern", "unstructured"), ("sparse_kernels", "dense"),
-                         ("dense_finetune_steps", 0), ("data_source", None)):
+                         ("dense_finetune_steps", 0), ("data", None)):
         if col not in df.columns:
             df[col] = default
     return results.latest(df, KEYS)

@@ -13,7 +13,7 @@ import torch
 from accel_kit.train.step import NonFiniteLoss, OptimConfig, learning_rate
 
 
-def deepspeed_config(point, optim: OptimConfig, world: int, device_type: str) -> dict:
+def deepspeed_config(point, optim: OptimConfig, world: int, optimizer_params: dict | None = None) -> dict:
     """The DeepSpeed JSON config for ``point`` (ZeRO-1, AdamW, precision, GAS, clipping)."""
     return {
         "train_micro_batch_size_per_gpu": point.micro_batch_size,
@@ -25,8 +25,9 @@ def deepspeed_config(point, optim: OptimConfig, world: int, device_type: str) ->
         "fp16": {"enabled": point.precision == "fp16", "initial_scale_power": 16},
         "optimizer": {
             "type": "AdamW",
+            # plus what the device adapter adds (on CPU: torch_adam)
             "params": {"lr": optim.lr, "betas": [optim.beta1, optim.beta2], "weight_decay": optim.weight_decay,
-                       "torch_adam": device_type == "cpu"},
+                       **(optimizer_params or {})},
         },
         "steps_per_print": 10**9,  # our records, not DeepSpeed's log lines
         "wall_clock_breakdown": False,
@@ -36,9 +37,10 @@ def deepspeed_config(point, optim: OptimConfig, world: int, device_type: str) ->
 class DeepSpeedTrainer:
     """Same interface as ``accel_kit.train.step.Trainer``: ``step()`` runs one optimizer step."""
 
-    def __init__(self, point, model, batches, device: torch.device, optim: OptimConfig, world: int):
-        if device.type == "cpu":
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    def __init__(self, point, model, batches, device: torch.device, optim: OptimConfig, world: int, adapter):
+        environ, optimizer_params = adapter.deepspeed_settings()
+        for name, value in environ.items():  # read when deepspeed is imported
+            os.environ.setdefault(name, value)
         try:
             import deepspeed
         except ImportError:
@@ -46,7 +48,7 @@ class DeepSpeedTrainer:
 
             raise UnavailableError("engine 'deepspeed' needs the deepspeed package: "
                                    "pip install 'accel-kit[deepspeed]'") from None
-        config = deepspeed_config(point, optim, world, device.type)
+        config = deepspeed_config(point, optim, world, optimizer_params)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                                  config=config)
         self.batches, self.device, self.gas, self.optim_cfg = iter(batches), device, point.gas, optim

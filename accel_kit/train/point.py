@@ -1,39 +1,45 @@
-"""One training measurement point: the flat, fully resolved description a worker process runs."""
+"""Training points: every field that determines one is declared once, in ``TrainSpec``.
+
+A study's parameters inherit ``TrainSpec`` (with None meaning "the system's default" for
+the few fields a system sets); ``TrainPoint`` is the same spec fully resolved for one point,
+plus what the run resolved for it (the system, where its data was prepared, the measured
+peak). The worker, the record and the resume key all derive from ``TrainPoint``, so a new
+training parameter is one line here.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from accel_kit.params import Precision
+from accel_kit.params import Precision, PrecisionRequest
+from accel_kit.train.attention import AttentionKernel
 
 
-class TrainPoint(BaseModel):
-    """Everything that determines one measured point (its identity for resume is a hash of this)."""
+class TrainSpec(BaseModel):
+    """What one training measurement is: model, precision, batch, schedule, data, sparsity."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid")
 
-    system: str
-    preset: str
+    preset: str = "gpt2-xl"
     vocab_size: PositiveInt | None = None  # None: the preset's
     pad_vocab_multiple: PositiveInt = 1
-    precision: Precision
-    micro_batch_size: PositiveInt
+    precision: PrecisionRequest | None = None  # None: the system's default; auto: the device's fastest native
+    micro_batch_size: PositiveInt | None = None  # None: the system's (the paper's per-device batch)
     gas: PositiveInt = 1
-    seq_len: PositiveInt
+    seq_len: PositiveInt | None = None  # None: the system's
     devices: PositiveInt = 1  # data-parallel ranks in all (one per device)
-    devices_per_node: PositiveInt = 1  # from the system: how the ranks spread over nodes
     engine: Literal["ddp", "deepspeed"] = "ddp"
     steps: PositiveInt = 5  # timed optimizer steps
     warmup_steps: int = Field(default=2, ge=0)  # optimizer steps run first, timed apart
-    data: str = "synthetic"  # "synthetic" or a prepared data folder
+    data: str = "synthetic"  # synthetic | text (the embedded corpus) | a prepared data folder
     seed: int = 0
     activation_checkpointing: bool = False
     torch_compile: bool = False
     # SDPA kernel: "auto" lets PyTorch choose; the others force one (accel_kit.train.attention).
-    attention_kernel: Literal["auto", "flash", "efficient", "math"] = "auto"
+    attention_kernel: AttentionKernel = "auto"
     lr: float = Field(default=6e-4, gt=0)
     weight_decay: float = Field(default=0.1, ge=0)
     grad_clip: float = Field(default=1.0, ge=0)
@@ -44,24 +50,133 @@ class TrainPoint(BaseModel):
     sparse_kernels: Literal["dense", "auto"] = "dense"
     dense_finetune_steps: int = Field(default=0, ge=0)
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on each worker process (CPU OOM tests)
-    peak_tflops_measured: float | None = None  # the sweep's measured matmul peak for this precision
+    # A point estimated (from its FLOPs, then from its first step) to take longer is recorded as skipped.
+    time_budget_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
-    def _check_sparsity(self) -> "TrainPoint":
+    def _check_sparsity(self):
         if self.sparsity_pattern == "2:4" and self.sparsity != 0.5:
             raise ValueError(f"sparsity_pattern '2:4' keeps 2 of every 4 weights, so sparsity must be 0.5 "
                              f"(got {self.sparsity})")
         return self
+
+
+# Resolved per run, not part of what a point *is*: moving outputs/ (data_path), a new peak
+# measurement or another time budget must not make a recorded point run again.
+NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason"}
+
+
+class Point(BaseModel):
+    """What the sweep runner needs of any point kind (a training step, one block, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    system: str
+    precision: Precision
+    precision_reason: str = ""  # why this precision (auto's choice, or emulated)
+    memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on the point's process
+    time_budget_s: float | None = Field(default=None, gt=0)
+    peak: dict[str, Any] | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
+
+    @property
+    def nodes(self) -> int:
+        return 1
+
+    @property
+    def ranks(self) -> int:
+        """Worker processes the point runs as."""
+        return 1
+
+    @property
+    def needs_group(self) -> bool:
+        """Several ranks under a launcher (torchrun, mpiexec, srun) rather than one process."""
+        return False
+
+    def label(self) -> str:
+        return self.kind
+
+    def key(self) -> str:
+        """Identity for resume: a hash of every field that determines the measurement."""
+        return _hash(self.model_dump(exclude=NOT_IN_KEY))
+
+    def frontier_key(self) -> str | None:
+        """Points sharing this key skip longer sequences once one fails for memory; None: no frontier."""
+        return None
+
+    def record_params(self) -> dict[str, Any]:
+        """What a record stores of the point (the peak goes to the metrics)."""
+        return self.model_dump(exclude={"peak"})
+
+    def measure(self, rank: int, world: int) -> dict:
+        """Run the point in this (worker) process: {status, reason?, metrics, times_s, warmup_times_s, env}."""
+        raise NotImplementedError
+
+
+class TrainPoint(Point, TrainSpec):
+    """One training point, fully resolved; the worker runs exactly this."""
+
+    kind: Literal["train"] = "train"
+    devices_per_node: PositiveInt = 1  # from the system: how the ranks spread over nodes
+    micro_batch_size: PositiveInt
+    seq_len: PositiveInt
+    data_path: str | None = None  # where ``data`` was prepared (None: synthetic)
 
     @property
     def nodes(self) -> int:
         return -(-self.devices // self.devices_per_node)
 
     @property
+    def ranks(self) -> int:
+        return self.devices
+
+    @property
+    def needs_group(self) -> bool:
+        """Several ranks, or DeepSpeed (which initialises torch.distributed itself): run under a launcher."""
+        return self.devices > 1 or self.engine == "deepspeed"
+
+    @property
     def global_batch_size(self) -> int:
         return self.micro_batch_size * self.gas * self.devices
 
-    def key(self) -> str:
-        """Identity for resume: the hash of every field except the measured peak (a property of the run)."""
-        fields = self.model_dump(exclude={"peak_tflops_measured"})
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    def label(self) -> str:
+        return f"{self.preset} {self.precision} n={self.devices} mb={self.micro_batch_size} gas={self.gas} " \
+               f"seq={self.seq_len}"
+
+    def frontier_key(self) -> str | None:
+        """The configuration without its length: once it fails for memory, longer lengths are skipped.
+
+        The data is left out too, because it may depend on the length (GenSLM's padded rows
+        are prepared once per block size).
+        """
+        return _hash(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"}))
+
+    def measure(self, rank: int, world: int) -> dict:
+        from accel_kit.train.worker import measure_point
+
+        return measure_point(self, rank, world)
+
+
+def _hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+
+# Point kinds the worker can run: name -> "module:Class", imported when a point of the kind arrives.
+POINT_KINDS = {
+    "train": "accel_kit.train.point:TrainPoint",
+    "block": "accel_kit.studies.microbenchmark:BlockPoint",
+    "peak": "accel_kit.peaks:PeakPoint",
+}
+
+
+def load_point(fields: dict[str, Any]) -> Point:
+    """The point of its ``kind`` from its fields (a worker's point file).
+
+    A kind is a name in ``POINT_KINDS`` or a "module:Class" path (a point kind defined elsewhere,
+    e.g. the fault-injecting points of the runner's tests).
+    """
+    import importlib
+
+    module, cls = POINT_KINDS.get(fields["kind"], fields["kind"]).split(":")
+    return getattr(importlib.import_module(module), cls).model_validate(fields)

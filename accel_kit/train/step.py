@@ -32,6 +32,8 @@ class NonFiniteLoss(RuntimeError):
 
 @dataclass(frozen=True)
 class OptimConfig:
+    """AdamW and schedule settings; a training point's come from ``optim_for_point``."""
+
     lr: float = 6e-4
     min_lr: float = 6e-5
     weight_decay: float = 0.1
@@ -42,20 +44,27 @@ class OptimConfig:
     decay_steps: int = 1000  # cosine from lr to min_lr over this many steps after warm-up
 
 
+def optim_for_point(point) -> OptimConfig:
+    """The optimizer settings of a training point: its lr, weight decay and clipping, and one schedule
+    over its steps and any dense fine-tuning after them."""
+    return OptimConfig(lr=point.lr, weight_decay=point.weight_decay, grad_clip=point.grad_clip,
+                       warmup_steps=max(1, point.warmup_steps),
+                       decay_steps=max(1, point.steps + point.dense_finetune_steps))
+
+
 def cast_for_precision(model: nn.Module, precision: str) -> nn.Module:
     """Cast the model to what ``Trainer`` expects for ``precision`` (bf16: bf16 weights); call before DDP."""
     return model.to(torch.bfloat16) if precision == "bf16" else model
 
 
-def make_optimizer(model: nn.Module | list[torch.Tensor], cfg: OptimConfig,
-                   device: torch.device) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only (not biases, LayerNorm); fused where the device has it."""
+def make_optimizer(model: nn.Module | list[torch.Tensor], cfg: OptimConfig, *,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not biases, LayerNorm); ``fused`` where the device has it
+    (the adapter's ``fused_optimizer()``): one kernel for all parameters instead of a dozen per tensor."""
     params = [p for p in (model.parameters() if isinstance(model, nn.Module) else model) if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # Fused AdamW: one kernel for all parameters instead of a dozen per tensor (CUDA; CPU since torch 2.4).
-    fused = device.type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
 
 
@@ -78,10 +87,11 @@ class Trainer:
         gas: micro-batches per optimizer step.
         optim: optimizer settings.
         after_step: called after each optimizer step (e.g. re-applying a sparsity mask).
+        fused_optimizer: use torch's fused AdamW (the device adapter says whether it exists).
     """
 
     def __init__(self, model: nn.Module, batches: Iterator, device: torch.device, precision: str, gas: int,
-                 optim: OptimConfig, *, after_step: Callable[[], None] | None = None):
+                 optim: OptimConfig, *, after_step: Callable[[], None] | None = None, fused_optimizer: bool = False):
         self.model, self.batches, self.device, self.precision, self.gas = model, batches, device, precision, gas
         self.optim_cfg = optim
         self.after_step = after_step
@@ -93,7 +103,8 @@ class Trainer:
             if any(p.dtype != torch.bfloat16 for p in self.params):
                 raise ValueError("precision bf16 expects a bf16 model: call cast_for_precision(model, 'bf16') first")
             self.master = [p.detach().float().requires_grad_(True) for p in self.params]
-        self.optimizer = make_optimizer(self.master if self.master is not None else model, optim, device)
+        self.optimizer = make_optimizer(self.master if self.master is not None else model, optim,
+                                        fused=fused_optimizer)
         self._autocast = (torch.autocast(device.type, dtype=dtype_of(precision)) if precision == "fp16"
                           else contextlib.nullcontext())
         self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None

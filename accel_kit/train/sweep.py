@@ -1,11 +1,17 @@
-"""The sweep runner: each training point in its own process, recorded whatever happens.
+"""The sweep runner: each point in its own process, recorded whatever happens.
+
+Every study (the microbenchmark's block points and the training studies' steps) runs here:
 
 - Isolation: a worker process (or a torchrun group for several devices) per point; a crash,
-  an out-of-memory or a hang (``timeout_s``) becomes that point's record (status and reason).
-- Resume: a point already recorded with identical resolved parameters and a final status
-  (ok, oom, unsupported) is skipped; ``error`` and ``skipped`` points are tried again.
+  an out-of-memory or a hang (``timeout_s``) becomes that point's record (status, reason and
+  the worker's traceback or output tail).
+- Resume: a point already recorded with identical parameters and a final status (ok, oom,
+  unsupported) is skipped; ``error`` and ``skipped`` points are tried again. The key holds
+  no absolute path, so a moved ``outputs/`` resumes too.
 - OOM frontier: once a configuration runs out of memory (or cannot fit) at some sequence
   length, its longer sequences are recorded as ``skipped`` with that reason, not attempted.
+- The measured peak: measured before the sweep in a child process, and again whenever a
+  point runs faster than it (the reference was unlucky); the better one is kept and used.
 - Durability: only this process appends records (``results.append_record``), so a SIGKILL
   loses nothing recorded before it and leaves no half-written record.
 """
@@ -20,11 +26,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
-from accel_kit import results
+from accel_kit import peaks, results
 from accel_kit.train.launch import worker_command
-from accel_kit.train.point import TrainPoint
+from accel_kit.train.point import Point
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
 #: How the worker starts the reason of a point estimated not to fit (``accel_kit.train.worker``).
@@ -51,12 +57,6 @@ def recorded(records_path: Path) -> dict[str, dict]:
     return done
 
 
-def _frontier_key(point: TrainPoint) -> str:
-    # The configuration without its length; the data folder is left out too, because it may
-    # depend on the length (GenSLM's padded rows are prepared once per block size).
-    return point.model_copy(update={"seq_len": 1, "data": ""}).key()
-
-
 def _limit_memory(gib: float | None) -> Callable[[], None] | None:
     if gib is None:
         return None
@@ -69,17 +69,16 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
     return apply
 
 
-def run_worker(point: TrainPoint, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
+def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
                cpu_threads: int | None = None) -> dict:
     """Run one point in a fresh process group; returns the worker's result or a failure result."""
     if point.nodes > max_nodes:
         return {"status": "unsupported", "metrics": {},
-                "reason": f"{point.devices} devices need {point.nodes} nodes; this run may use {max_nodes} "
+                "reason": f"{point.ranks} devices need {point.nodes} nodes; this run may use {max_nodes} "
                           "(write a job script with `accel-kit jobscript`)"}
-    # DeepSpeed initialises torch.distributed itself, so it always runs under a launcher.
-    local_multi = launcher == "local" and (point.devices > 1 or point.engine == "deepspeed")
     try:
-        cmd, extra_env = worker_command(launcher, point.devices, point.nodes, force_group=local_multi)
+        cmd, extra_env = worker_command(launcher, point.ranks, point.nodes,
+                                        force_group=launcher == "local" and point.needs_group)
     except ValueError as exc:
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
     # The results folder may be on a shared filesystem that every node sees; the temp dir is for
@@ -97,63 +96,123 @@ def run_worker(point: TrainPoint, *, timeout_s: float, launcher: str = "local", 
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return {"status": "error", "reason": f"timeout: no result after {timeout_s:.0f} s", "metrics": {}}
+            output, _ = proc.communicate()
+            return {"status": "error", "reason": f"timeout: no result after {timeout_s:.0f} s", "metrics": {},
+                    "traceback": _tail(output, 40)}
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         if out_file.exists():
             return json.loads(out_file.read_text())
-        tail = [line for line in output.decode(errors="replace").splitlines() if line.strip()][-3:]
-        text = " | ".join(tail) or "no output"
+        text = " | ".join(_tail(output, 3).splitlines()) or "no output"
         oom = "can't allocate memory" in text or "out of memory" in text.lower() or proc.returncode == -9
-        return {"status": "oom" if oom else "error",
+        return {"status": "oom" if oom else "error", "traceback": _tail(output, 60),
                 "reason": f"worker exited with status {proc.returncode}: {text[-300:]}", "metrics": {}}
 
 
-def run_sweep(study: str, points: list[TrainPoint], *, records_path: Path, run_id: str, extra_params: dict,
+def _tail(output: bytes | None, lines: int) -> str:
+    kept = [line for line in (output or b"").decode(errors="replace").splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])
+
+
+class PeakReference:
+    """The measured matmul peak per precision: before the sweep, and again when a point beats it.
+
+    Each measurement runs as a point of its own (``accel_kit.peaks.PeakPoint``) in a child
+    process, so nothing it allocates stays in the runner.
+    """
+
+    def __init__(self, system: str, shapes: tuple[tuple[int, int, int], ...] = (), *, timeout_s: float = 600,
+                 enabled: bool = True):
+        self.system, self.shapes, self.timeout_s, self.enabled = system, shapes, timeout_s, enabled
+        self.best: dict[str, peaks.MeasuredPeak | None] = {}
+
+    def measure(self, precision: str) -> peaks.MeasuredPeak | None:
+        from accel_kit.peaks import PeakPoint
+
+        result = run_worker(PeakPoint(system=self.system, precision=precision, shapes=list(self.shapes)),
+                            timeout_s=self.timeout_s)
+        return peaks.MeasuredPeak(**result["peak"]) if result.get("status") == "ok" else None
+
+    def get(self, precision: str) -> peaks.MeasuredPeak | None:
+        if self.enabled and precision not in self.best:
+            self.best[precision] = self.measure(precision)
+        return self.best.get(precision)
+
+    def remeasure(self, precision: str) -> peaks.MeasuredPeak | None:
+        """Measure again, keep the better of the two, return it."""
+        again = self.measure(precision)
+        current = self.best.get(precision)
+        self.best[precision] = current.best_of(again) if current else again
+        return self.best[precision]
+
+
+def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
-              cpu_threads: int | None = None) -> list[dict]:
+              cpu_threads: int | None = None, peak: PeakReference | None = None) -> list[dict]:
     """Run (or resume) ``points`` in order; returns one record per point (earlier runs' for resumed points)."""
     done = recorded(records_path)
     frontier: dict[str, tuple[int, str]] = {}  # configuration -> (shortest seq that failed for memory, why)
     for rec in done.values():
         if is_memory_failure(rec["status"], rec.get("reason")):
-            point = TrainPoint.model_validate(rec["params"]["point"])
-            _update_frontier(frontier, point, rec["status"])
+            fields = {k: v for k, v in rec["params"].items() if k in type(points[0]).model_fields} if points else {}
+            try:
+                _update_frontier(frontier, type(points[0]).model_validate(fields), rec["status"])
+            except ValueError:  # a record of another point kind or schema: no frontier from it
+                pass
     records = []
     bar = tqdm(points, desc=f"{study} on {points[0].system if points else '?'}", disable=not progress)
     for point in bar:
         key = point.key()
-        label = f"{point.preset} n={point.devices} mb={point.micro_batch_size} gas={point.gas} seq={point.seq_len}"
+        label = point.label()
         bar.set_postfix_str(label)
         if key in done:  # recorded by an earlier run with identical parameters
             records.append(done[key])
             continue
-        limit = frontier.get(_frontier_key(point))
-        if limit and point.seq_len > limit[0]:
+        fkey = point.frontier_key()
+        limit = frontier.get(fkey) if fkey else None
+        reference = peak.get(point.precision) if peak else None
+        if limit and getattr(point, "seq_len", 0) > limit[0]:
             result = {"status": "skipped", "metrics": {},
                       "reason": f"beyond the memory frontier: {limit[1]} at seq_len {limit[0]}"}
         else:
+            point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
             result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
                                 cpu_threads=cpu_threads)
+            if peak and result.get("metrics", {}).get("mfu_measured_unreliable"):
+                _refresh_peak(result, peak.remeasure(point.precision))
         record = results.make_record(
             study=study, system=point.system, status=result["status"], reason=result.get("reason"),
-            device=result.get("env", {}).get("device", {}).get("model"), model=point.preset, run_id=run_id,
-            params=extra_params | point.model_dump() | {"point_key": key, "point": point.model_dump()},
+            device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
+            params=extra_params | point.record_params() | {"point_key": key},
             metrics=result.get("metrics", {}), times_s=result.get("times_s"),
-            warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment())
+            warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment(),
+            traceback=result.get("traceback"))
         results.append_record(records_path, record)
         records.append(record)
         if is_memory_failure(result["status"], result.get("reason")):
             _update_frontier(frontier, point, result["status"])
         if result["status"] == "ok":
-            bar.set_postfix_str(f"{label}: {result['metrics']['tokens_per_s']:.0f} tok/s")
+            bar.set_postfix_str(f"{label}: {result.get('summary', 'ok')}")
     return records
 
 
-def _update_frontier(frontier: dict, point: TrainPoint, status: str) -> None:
-    fkey = _frontier_key(point)
+def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None) -> None:
+    """Recompute a point's measured MFU against a re-measured (better) peak."""
+    metrics = result["metrics"]
+    achieved = metrics.get("tflops_per_device", metrics.get("tflops"))
+    if best is None or achieved is None:
+        return
+    for stale in ("mfu_measured_unreliable", "mfu_measured_reason"):
+        metrics.pop(stale, None)
+    metrics |= peaks.mfu_measured(achieved, best) | {"peak_remeasured": True}
+
+
+def _update_frontier(frontier: dict, point: Point, status: str) -> None:
+    fkey = point.frontier_key()
+    if fkey is None:
+        return
     why = "out of memory" if status == "oom" else "does not fit"
-    if fkey not in frontier or point.seq_len < frontier[fkey][0]:
-        frontier[fkey] = (point.seq_len, why)
+    seq_len = getattr(point, "seq_len")
+    if fkey not in frontier or seq_len < frontier[fkey][0]:
+        frontier[fkey] = (seq_len, why)

@@ -1,11 +1,13 @@
-"""Runs one training point in this process (or, under torchrun, in each of its ranks).
+"""Runs one point in this process (or, under torchrun, in each of its ranks).
 
     python -m accel_kit.train.worker --point point.json --out result.json
 
 The sweep runner starts one worker (or one torchrun group) per point, so an out-of-memory,
-a crash or a hang costs that point only. Rank 0 writes the result JSON atomically; the
-sweep runner turns it into a record. Exceptions that are the point's own outcome (OOM, a
-non-finite loss, a model that cannot fit) are written as statuses, not raised.
+a crash or a hang costs that point only. The point file names its kind (a training step, a
+block of the microbenchmark, a matmul peak; ``accel_kit.train.point.POINT_KINDS``); rank 0
+writes the result JSON atomically and the sweep runner turns it into a record. Outcomes that
+are the point's own (OOM, a non-finite loss, a model that cannot fit, a time budget that
+cannot be met) are written as statuses, not raised; anything unexpected keeps its traceback.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import argparse
 import json
 import os
 import sys
-import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -33,27 +35,51 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def over_budget_before_start(point, adapter, flops: float) -> str | None:
+    """Why the point cannot meet its time budget even at the device's best matmul rate; None if it may.
+
+    ``flops``: everything the point will compute. The rate is the run's measured peak, else the
+    adapter's precision probe; at that rate the estimate is a lower bound, so a point skipped
+    here could not have finished in time.
+    """
+    if point.time_budget_s is None:
+        return None
+    if point.peak:
+        tflops, source = point.peak["tflops"], "the measured matmul peak"
+    else:
+        gflops = adapter.precision_support(point.precision).gflops
+        if gflops is None:
+            return None
+        tflops, source = gflops / 1e3, "the precision probe's matmul rate"
+    estimate_s = flops / (tflops * 1e12)
+    if estimate_s <= point.time_budget_s:
+        return None
+    return (f"over the time budget: at least {estimate_s:.0f} s ({flops:.3g} FLOPs at {tflops:.4f} TFLOP/s, "
+            f"{source}) against a budget of {point.time_budget_s:.0f} s")
+
+
 def measure_point(point, rank: int, world: int) -> dict:
-    """Build, warm up and time the point; returns {status, reason?, metrics, times_s, warmup_times_s, env}."""
+    """Build, warm up and time a training point; returns {status, reason?, metrics, times_s, warmup_times_s, env}."""
     from accel_kit import flops as F
     from accel_kit import peaks, results
     from accel_kit.data import SyntheticBatches, open_batches
     from accel_kit.devices import dtype_of
     from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
+    from accel_kit.sparsity import WeightSparsity, record_metrics
     from accel_kit.systems import load_system
+    from accel_kit.timing import OverBudget, measure
     from accel_kit.train.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
-    from accel_kit.train.step import NonFiniteLoss, OptimConfig, cast_for_precision
+    from accel_kit.train.step import NonFiniteLoss, cast_for_precision
 
-    system = load_system(point.system)
-    adapter = system.adapter_instance()
-    device = adapter.torch_device(int(os.environ.get("LOCAL_RANK", 0)))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    adapter = load_system(point.system).adapter_instance()
+    device = adapter.prepare(int(os.environ.get("LOCAL_RANK", 0)))
     adapter.set_tf32(False)
     env = results.environment(adapter)
     device_model = env["device"]["model"]
+    dtype = dtype_of(point.precision)
 
-    overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple}
+    overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple,
+                 "narrow_linear_fast_path": adapter.narrow_linear_fast_path(dtype)}
     if point.vocab_size:
         overrides["vocab_size"] = point.vocab_size
     cfg = get_config(point.preset, **overrides)
@@ -65,64 +91,69 @@ def measure_point(point, rank: int, world: int) -> dict:
     base = {"n_params": n_params, "flops": flops_per_step_per_device, "flops_per_token": flops_per_token,
             "global_batch_size": point.global_batch_size, "data_parallel_size": world,
             "tokens_per_step": tokens_per_step_per_device * world}
+    out = {"metrics": base, "env": env, "model": point.preset}
+
+    zero_shards = world if point.engine == "deepspeed" else 1
+    device_bytes = adapter.total_memory_bytes()
+
+    def estimate(flash: bool):
+        return estimate_training_memory(cfg, n_params, point.micro_batch_size, point.seq_len, point.precision,
+                                        activation_checkpointing=point.activation_checkpointing,
+                                        zero_shards=zero_shards, flash_attention=flash)
+
+    def not_fit(est) -> dict:
+        return out | {"status": "unsupported", "metrics": base | {"mem_estimate_gib": est.total_bytes / GiB},
+                      "reason": f"does not fit: needs about {est.describe()}, device has {device_bytes / GiB:.1f} GiB"}
+
+    # Before anything is allocated (the attention probe below allocates the point's shape): the
+    # estimate with fused attention is the least the point needs.
+    least = estimate(flash=True)
+    if not fits(least, device_bytes):
+        return not_fit(least)
+    steps_total = point.warmup_steps + point.steps + point.dense_finetune_steps
+    why = over_budget_before_start(point, adapter, flops_per_step_per_device * steps_total)
+    if why:
+        return out | {"status": "skipped", "reason": why}
 
     # Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
     try:
         base |= probe_attention_kernel(point.attention_kernel, n_heads=cfg.n_heads,
                                        head_dim=cfg.hidden_size // cfg.n_heads, seq_len=point.seq_len,
-                                       device=device, dtype=None if point.precision == "fp32" else
-                                       dtype_of(point.precision))
+                                       device=device, dtype=None if point.precision == "fp32" else dtype)
     except AttentionKernelUnavailable as exc:
-        return {"status": "unsupported", "reason": str(exc), "metrics": base, "env": env}
+        return out | {"status": "unsupported", "reason": str(exc)}
+    full = estimate(flash=base["attention_kernel_ran"] != "math")
+    base["mem_estimate_gib"] = full.total_bytes / GiB
+    if not fits(full, device_bytes):
+        return not_fit(full)
 
-    zero_shards = world if point.engine == "deepspeed" else 1
-    estimate = estimate_training_memory(cfg, n_params, point.micro_batch_size, point.seq_len, point.precision,
-                                        activation_checkpointing=point.activation_checkpointing,
-                                        zero_shards=zero_shards,
-                                        flash_attention=base["attention_kernel_ran"] != "math")
-    base["mem_estimate_gib"] = estimate.total_bytes / GiB
-    device_bytes = adapter.total_memory_bytes()
-    if not fits(estimate, device_bytes):
-        return {"status": "unsupported", "metrics": base, "env": env,
-                "reason": f"does not fit: needs about {estimate.describe()}, device has {device_bytes / GiB:.1f} GiB"}
-
+    if point.sparsity > 0 and point.engine == "deepspeed":
+        return out | {"status": "unsupported",
+                      "reason": "weight sparsity re-applies its masks after each optimizer step (Trainer.after_step); "
+                                "the DeepSpeed engine here has no such hook"}
     torch.manual_seed(point.seed)
     model = build_model(point.preset, activation_checkpointing=point.activation_checkpointing, **overrides).to(device)
     if point.engine != "deepspeed":  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
         model = cast_for_precision(model, point.precision)
     # Weight sparsity: prune, keep the masks (re-applied after every step), pick the execution path.
-    from accel_kit.sparsity import WeightSparsity
-
-    if point.sparsity > 0 and point.engine == "deepspeed":
-        return {"status": "unsupported", "metrics": base, "env": env,
-                "reason": "weight sparsity re-applies its masks after each optimizer step (Trainer.after_step); "
-                          "the DeepSpeed engine here has no such hook"}
     sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
     sparse.select_kernels(point.sparse_kernels, device, point.precision, point.micro_batch_size * point.seq_len,
                           synchronize=adapter.synchronize)
     if point.data == "synthetic":
         batches = SyntheticBatches(cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
     else:
-        batches = open_batches(point.data, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
-    optim = OptimConfig(lr=point.lr, weight_decay=point.weight_decay, grad_clip=point.grad_clip,
-                        warmup_steps=max(1, point.warmup_steps),
-                        # one schedule over the sparse steps and any dense fine-tuning after them
-                        decay_steps=max(1, point.steps + point.dense_finetune_steps))
-    trainer = _make_trainer(point, model, batches, device, optim, world,
+        batches = open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
+    trainer = _make_trainer(point, model, batches, device, adapter, world,
                             after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
-    warmup_times: list[float] = []
-    times: list[float] = []
     try:
         adapter.reset_peak_memory()
         with attention_context(point.attention_kernel):  # also covers checkpointed recomputation in backward
-            for i in range(point.warmup_steps + point.steps):
-                adapter.synchronize()
-                start = time.perf_counter()
-                losses.append(trainer.step())  # .item() inside syncs the device
-                adapter.synchronize()
-                (warmup_times if i < point.warmup_steps else times).append(time.perf_counter() - start)
+            # trainer.step() returns the loss as a float, which syncs the device; measure syncs around it too.
+            timing = measure(lambda: losses.append(trainer.step()), adapter.synchronize,
+                             warmup=point.warmup_steps, trials=point.steps, budget_s=point.time_budget_s,
+                             extra_iterations=point.dense_finetune_steps)
             sparse_metrics = sparse.metrics()  # measured after the last step: the masks held
             finetune_losses: list[float] = []
             if point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
@@ -131,18 +162,21 @@ def measure_point(point, rank: int, world: int) -> dict:
                 finetune_losses = [trainer.step() for _ in range(point.dense_finetune_steps)]
         mem = adapter.peak_memory_bytes()
     except NonFiniteLoss as exc:
-        return {"status": "error", "reason": str(exc), "metrics": base | {"nonfinite_step": exc.step}, "env": env}
+        return out | {"status": "error", "reason": str(exc), "metrics": base | {"nonfinite_step": exc.step}}
+    except OverBudget as exc:
+        return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
+                      "metrics": base | {"time_estimate_s": exc.estimate_s}}
 
     # The slowest rank sets the pace of a synchronous data-parallel step.
-    times = _reduce_max(times, device, world)
-    mem = int(_reduce_max([float(mem or 0)], device, world)[0]) if mem is not None else None
-
     from accel_kit.timing import Timing
 
-    timing = Timing(times_s=times, warmup_times_s=warmup_times)
+    times = _reduce_max(timing.times_s, adapter.collective_device(device), world)
+    mem = int(_reduce_max([float(mem or 0)], adapter.collective_device(device), world)[0]) if mem is not None else None
+    timing = Timing(times_s=times, warmup_times_s=timing.warmup_times_s)
     step_s = timing.median_s
     achieved = F.tflops(flops_per_step_per_device, step_s)
     peak, source = peaks.datasheet_peak_tflops(device_model, point.precision)
+    measured = peaks.MeasuredPeak(**point.peak) if point.peak else None
     metrics = base | timing.summary() | {
         "step_time_s": step_s,
         "tokens_per_s": tokens_per_step_per_device * world / step_s,
@@ -153,78 +187,68 @@ def measure_point(point, rank: int, world: int) -> dict:
         "tflops_per_device": achieved,
         "peak_tflops_datasheet": peak,
         "mfu_pct": peaks.mfu_pct(achieved, peak),
-        "peak_tflops_measured": point.peak_tflops_measured,
-        "mfu_measured_pct": peaks.mfu_pct(achieved, point.peak_tflops_measured),
+        **peaks.mfu_measured(achieved, measured),
         "mem_peak_gib": mem / GiB if mem is not None else None,
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "losses": losses,
     }
-    from accel_kit.sparsity import record_metrics
-
     metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_step_per_device,
                               tokens_per_step_per_device, step_s, finetune_losses)
     metrics["datasheet_source" if peak is not None else "mfu_reason"] = source
-    return {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": warmup_times, "env": env}
+    return out | {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": timing.warmup_times_s,
+                  "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
 
 
-def _make_trainer(point, model, batches, device, optim, world, after_step=None):
-    from accel_kit.train.step import Trainer
+def _make_trainer(point, model, batches, device, adapter, world, after_step=None):
+    from accel_kit.train.step import Trainer, optim_for_point
 
+    optim = optim_for_point(point)
     if point.engine == "deepspeed":
         from accel_kit.train.deepspeed_engine import DeepSpeedTrainer
 
-        return DeepSpeedTrainer(point, model, batches, device, optim, world)
+        return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model = adapter.wrap_ddp(model, device)
     if point.torch_compile:
         model = torch.compile(model)
-    return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step)
+    return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
+                   fused_optimizer=adapter.fused_optimizer())
 
 
 def _reduce_max(values: list[float], device: torch.device, world: int) -> list[float]:
     if world == 1:
         return values
-    t = torch.tensor(values, dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
+    t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
 
 def main(argv: list[str] | None = None) -> int:
     from accel_kit.train.launch import distributed_env
-    from accel_kit.train.point import TrainPoint
+    from accel_kit.train.point import load_point
 
-    ap = argparse.ArgumentParser(description="run one accel-kit training point")
-    ap.add_argument("--point", type=Path, help="the point's JSON (a TrainPoint)")
-    ap.add_argument("--peak", nargs=2, metavar=("SYSTEM", "PRECISION"), help="measure the matmul peak instead")
+    ap = argparse.ArgumentParser(description="run one accel-kit point")
+    ap.add_argument("--point", required=True, type=Path, help="the point's JSON (its fields, with its kind)")
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
-    if args.peak:
-        from accel_kit.peaks import measure_matmul_peak
-        from accel_kit.systems import load_system
-
-        write_json_atomic(args.out, measure_matmul_peak(load_system(args.peak[0]).adapter_instance(),
-                                                        args.peak[1]).to_dict())
-        return 0
-    point = TrainPoint.model_validate_json(args.point.read_text())
+    point = load_point(json.loads(args.point.read_text()))
 
     rank, world, local_rank = distributed_env()
     # torch reads these names; mpiexec/srun set their own, mapped here.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
-    if world > 1 or point.engine == "deepspeed":
-        from accel_kit.devices import get_adapter
+    if point.needs_group:
         from accel_kit.systems import load_system
 
-        backend = get_adapter(load_system(point.system).adapter).distributed_backend()
-        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        adapter = load_system(point.system).adapter_instance()
+        adapter.prepare(local_rank)  # the device is chosen before the process group binds to it
+        dist.init_process_group(backend=adapter.distributed_backend(), rank=rank, world_size=world)
     try:
-        result = measure_point(point, rank, world)
-    except Exception as exc:  # the point's failure is its result
-        status = "oom" if _is_oom(exc) else "error"
+        result = point.measure(rank, world)
+    except Exception as exc:  # the point's failure is its result; the traceback goes into the record
         text = str(exc).strip().splitlines()
-        result = {"status": status, "reason": f"{type(exc).__name__}: {text[0] if text else ''}", "metrics": {}}
+        result = {"status": "oom" if _is_oom(exc) else "error", "metrics": {},
+                  "reason": f"{type(exc).__name__}: {text[0] if text else ''}", "traceback": traceback.format_exc()}
     if rank == 0:
         write_json_atomic(args.out, result)
     if world > 1 and dist.is_initialized():
