@@ -142,7 +142,8 @@ def test_csr_kernel_matches_dense_through_training():
     dense = S.WeightSparsity(dense_model, 0.9)
     csr = S.WeightSparsity(csr_model, 0.9)
     execution = csr.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ, force=True)
-    assert execution.startswith("CSR sparse matmul") and "every pruned layer" in execution
+    assert execution.kind == "csr" and execution.label == "CSR sparse matmul"
+    assert execution.describe().startswith("CSR sparse matmul") and "every pruned layer" in execution.describe()
     assert type(csr_model.h[0].mlp.c_fc).__name__ == "KernelLinear"
     assert csr_model.h[0].mlp.c_fc.weight is csr.layers[2].module.weight
     # the state dict is unchanged by the swap (same names, same tensors)
@@ -170,23 +171,51 @@ def test_csr_kernel_matches_dense_through_training():
 
 
 def test_kernel_selection_is_honest_about_fallbacks():
-    def execution(s, pattern, mode, precision):
-        return S.WeightSparsity(_model(), s, pattern).select_kernels(mode, CPU, precision, tokens=32)
+    def execution(s, pattern, mode, precision, kind):
+        chosen = S.WeightSparsity(_model(), s, pattern).select_kernels(mode, CPU, precision, tokens=32)
+        assert chosen.kind == kind
+        return chosen.describe()
 
-    assert execution(0.0, "unstructured", "auto", "bf16") == "dense (no sparsity)"
-    assert execution(0.9, "unstructured", "dense", "bf16") == "dense (zeros in dense matmul): sparse_kernels=dense"
-    text = execution(0.9, "unstructured", "auto", "bf16")
+    assert execution(0.0, "unstructured", "auto", "bf16", "dense-model") == "dense (no sparsity)"
+    assert execution(0.9, "unstructured", "dense", "bf16", "dense-zeros") == \
+        "dense (zeros in dense matmul): sparse_kernels=dense"
+    text = execution(0.9, "unstructured", "auto", "bf16", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "bfloat16" in text
-    text = execution(0.6, "unstructured", "auto", "fp32")
+    text = execution(0.6, "unstructured", "auto", "fp32", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "60%" in text
-    text = execution(0.5, "2:4", "auto", "bf16")
+    text = execution(0.5, "2:4", "auto", "bf16", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "NVIDIA" in text
+
+
+def test_execution_is_a_typed_value_and_tables_read_its_kind():
+    from accel_kit.studies.sparsity import execution_label
+
+    kernel = S.SparseExecution("csr", "every pruned layer", kernel="CSR sparse matmul (torch.sparse)")
+    assert kernel.describe() == "CSR sparse matmul (torch.sparse) on every pruned layer" == str(kernel)
+    assert kernel.label == "CSR sparse matmul"
+    assert S.SparseExecution("dense-model").describe() == S.NO_SPARSITY
+    assert S.SparseExecution("dense-zeros", "why").describe() == f"{S.DENSE_FALLBACK}: why"
+    with pytest.raises(ValueError, match="kind"):
+        S.SparseExecution("sparse")
+    with pytest.raises(ValueError, match="kernel name"):
+        S.SparseExecution("2:4", "every pruned layer")  # a kernel kind names its kernel
+    with pytest.raises(ValueError, match="kernel name"):
+        S.SparseExecution("dense-zeros", "why", kernel="CSR")
+    # Tables read the kind; a record from before the kind column is named from its text.
+    for kind, label in S.EXECUTION_LABELS.items():
+        assert execution_label(kind, "unrelated text") == label
+    assert execution_label(float("nan"), "CSR sparse matmul (torch.sparse) on every pruned layer") == \
+        "CSR sparse matmul"
+    assert execution_label(None, "dense (no sparsity)") == "dense model"
+    assert execution_label(None, "dense (zeros in dense matmul): sparse_kernels=dense") == "zeros in dense matmul"
+    assert execution_label(None, None) == "?"
 
 
 def test_auto_times_csr_and_records_the_choice():
     model = _model()
     sparse = S.WeightSparsity(model, 0.95)
-    text = sparse.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ)
+    execution = sparse.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ)
+    text = execution.describe()
     timing = sparse.calibration
     assert {tuple(e["shape"]) for e in timing} == {(192, 64), (64, 64), (256, 64), (64, 256)}
     assert all(e["dense_ms"] > 0 and e["sparse_ms"] > 0 for e in timing)
@@ -194,11 +223,13 @@ def test_auto_times_csr_and_records_the_choice():
     assert all(e["speedup"] >= S.KERNEL_MIN_SPEEDUP for e in used)
     kernels = sum(type(layer.module).__name__ == "KernelLinear" for layer in sparse.layers)
     if used:
-        assert text.startswith("CSR") and kernels > 0
+        assert text.startswith("CSR") and kernels > 0 and execution.kind == "csr"
     else:
         assert text.startswith(S.DENSE_FALLBACK) and "measured slower" in text and kernels == 0
+        assert execution.kind == "dense-zeros"
     m = sparse.metrics()
     assert m["sparse_execution"] == text and m["sparse_kernel_layers"] == kernels
+    assert m["sparse_execution_kind"] == execution.kind
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.cuda
@@ -210,7 +241,8 @@ def test_two_four_kernel_matches_dense_on_gpu():
     kernel_model = copy.deepcopy(dense_model)
     S.WeightSparsity(dense_model, 0.5, "2:4")
     sparse = S.WeightSparsity(kernel_model, 0.5, "2:4")
-    assert sparse.select_kernels("auto", dev, "bf16", tokens=256, force=True).startswith("2:4")
+    execution = sparse.select_kernels("auto", dev, "bf16", tokens=256, force=True)
+    assert execution.kind == "2:4" and execution.describe().startswith("2:4")
     x = torch.randint(0, 50257, (2, 128), device=dev)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         _, loss_d = dense_model(x, x)
@@ -255,6 +287,8 @@ def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
     assert two_four["sparsity_measured"] == pytest.approx(0.5, abs=1e-3)
     assert dense["sparse_execution"] == "dense (no sparsity)"
     assert sparse["sparse_execution"].startswith("dense (zeros in dense matmul)")
+    assert (dense["sparse_execution_kind"], sparse["sparse_execution_kind"], two_four["sparse_execution_kind"]) == \
+        ("dense-model", "dense-zeros", "dense-zeros")
     assert all(m["mfu_basis"].startswith("dense-equivalent") for m in (dense, sparse, two_four))
     # MFU and TFLOP/s are from the dense-equivalent count; the effective rate is recorded beside it.
     assert sparse["tflops_per_device"] == pytest.approx(sparse["flops_dense_equivalent"] / sparse["step_time_s"] / 1e12)

@@ -21,8 +21,9 @@ anywhere accel-kit runs, and says truthfully how each run executed:
   (``torch.sparse.to_sparse_semi_structured``: cuSPARSELt / CUTLASS) on NVIDIA GPUs of
   compute capability >= 8.0 in fp16/bf16, and CSR products (``torch.sparse``: MKL on CPU,
   cuSPARSE on GPUs) for unstructured sparsity. Everything else is the dense fallback, and
-  the record says so (``sparse_execution``). FLOPs are recorded both ways (dense-equivalent,
-  which MFU uses, and effective) by ``accel_kit.flops``.
+  the record says so (``sparse_execution``; its kind, for tables, in ``sparse_execution_kind``).
+  FLOPs are recorded both ways (dense-equivalent, which MFU uses, and effective) by
+  ``accel_kit.flops``.
 
 What the sparse kernels do in training (both are exact, up to rounding, against the dense
 path on the masked weights; tests check it):
@@ -48,25 +49,27 @@ itself at setup, so ranks could in principle choose differently; the record is r
 
 Layout: ``prune`` (which layers, the magnitude masks and patterns), ``kernels`` (the sparse
 kernel classes and their autograd function), ``select`` (choosing and timing a kernel per
-layer shape), ``weights`` (``WeightSparsity``: masks through training, execution, record),
-``metrics`` (a record's FLOPs both ways). The names others import are re-exported here.
+layer shape), ``execution`` (``SparseExecution``, the path chosen, typed), ``weights``
+(``WeightSparsity``: masks through training, execution, record), ``metrics`` (a record's
+FLOPs both ways). The names others import are re-exported here.
 """
+from accel_kit.sparsity.execution import (
+    DENSE_FALLBACK,
+    EXECUTION_KINDS,
+    EXECUTION_LABELS,
+    NO_SPARSITY,
+    ExecutionKind,
+    SparseExecution,
+)
 from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
 from accel_kit.sparsity.metrics import MFU_BASIS, record_metrics
 from accel_kit.sparsity.prune import PATTERNS, Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers
-from accel_kit.sparsity.select import (
-    CSR_MIN_SPARSITY,
-    DENSE_FALLBACK,
-    KERNEL_MIN_SPEEDUP,
-    KERNEL_MODES,
-    NO_SPARSITY,
-    SEMI_STRUCTURED_MIN_CC,
-)
+from accel_kit.sparsity.select import CSR_MIN_SPARSITY, KERNEL_MIN_SPEEDUP, KERNEL_MODES, SEMI_STRUCTURED_MIN_CC
 from accel_kit.sparsity.weights import WeightSparsity
 
 __all__ = [
-    "CSRKernel", "CSR_MIN_SPARSITY", "DENSE_FALLBACK", "KERNEL_MIN_SPEEDUP", "KERNEL_MODES", "KernelLinear",
-    "MFU_BASIS", "NO_SPARSITY", "PATTERNS", "Pattern", "PrunedLayer", "SEMI_STRUCTURED_MIN_CC",
-    "SemiStructuredKernel", "SparseKernel", "WeightSparsity", "check_pattern", "magnitude_mask",
-    "prunable_layers", "record_metrics",
+    "CSRKernel", "CSR_MIN_SPARSITY", "DENSE_FALLBACK", "EXECUTION_KINDS", "EXECUTION_LABELS", "ExecutionKind",
+    "KERNEL_MIN_SPEEDUP", "KERNEL_MODES", "KernelLinear", "MFU_BASIS", "NO_SPARSITY", "PATTERNS", "Pattern",
+    "PrunedLayer", "SEMI_STRUCTURED_MIN_CC", "SemiStructuredKernel", "SparseExecution", "SparseKernel",
+    "WeightSparsity", "check_pattern", "magnitude_mask", "prunable_layers", "record_metrics",
 ]

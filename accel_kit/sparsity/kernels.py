@@ -45,6 +45,7 @@ class KernelLinear(nn.Module):
 class SparseKernel:
     """Sparse operands of one pruned weight, rebuilt when the weight changes (once per optimizer step)."""
 
+    kind = ""  # the SparseExecution kind it gives ("csr", "2:4")
     label = "sparse"
     note = ""
     backend: str | None = None  # the library behind the kernel, once built
@@ -99,6 +100,7 @@ class SparseKernel:
 class CSRKernel(SparseKernel):
     """All three products sparse: CSR (torch.sparse: MKL on CPU, cuSPARSE on GPUs)."""
 
+    kind = "csr"
     label = "CSR sparse matmul (torch.sparse)"
 
     def __init__(self, mask: torch.Tensor, dtype: torch.dtype):
@@ -140,6 +142,7 @@ class CSRKernel(SparseKernel):
 class SemiStructuredKernel(SparseKernel):
     """2:4 sparse tensor cores (``torch.sparse.to_sparse_semi_structured``) for the forward product."""
 
+    kind = "2:4"
     label = "2:4 semi-structured sparse matmul"
     note = " (forward product; the backward products run dense, see accel_kit.sparsity)"
 

@@ -1,6 +1,6 @@
 """Choosing how the pruned layers execute: which sparse kernel may serve a run, and the setup
 calibration that times it against the dense matmul per layer shape, so that a kernel is used
-only where it measured faster. The wording of the record's ``sparse_execution`` is built here.
+only where it measured faster, and the ``SparseExecution`` that results.
 """
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
 from accel_kit.sparsity.prune import PrunedLayer
 
 KERNEL_MODES: tuple[str, ...] = ("dense", "auto")
-
-DENSE_FALLBACK = "dense (zeros in dense matmul)"
-NO_SPARSITY = "dense (no sparsity)"
 
 # CSR is only timed from this sparsity up: below it a CSR product does more memory traffic
 # per useful FLOP than a dense GEMM. On the 2-core Xeon (AMX) we measured, a CSR training
@@ -85,21 +83,21 @@ def calibrate(layers: list[PrunedLayer], kernel_cls: type[SparseKernel], dtype: 
     return chosen, entries
 
 
-def execution_text(kernel_cls: type[SparseKernel], calibration: list[dict[str, Any]], n_kernel: int,
-                   n_layers: int) -> str:
+def chosen_execution(kernel_cls: type[SparseKernel], calibration: list[dict[str, Any]], n_kernel: int,
+                     n_layers: int) -> SparseExecution:
     """How the pruned layers run once ``n_kernel`` of ``n_layers`` use ``kernel_cls`` after ``calibration``."""
     if n_kernel:
         backend = next((e.get("backend") for e in calibration if e.get("backend")), None)
         where = "every pruned layer" if n_kernel == n_layers else \
             f"{n_kernel} of {n_layers} pruned layers (dense matmul with zeros elsewhere)"
         label = f"{kernel_cls.label} [{backend}]" if backend else kernel_cls.label
-        return f"{label} on {where}{kernel_cls.note}"
+        return SparseExecution(kernel_cls.kind, f"{where}{kernel_cls.note}", kernel=label)
     errors = [e["error"] for e in calibration if "error" in e]
     if errors:
-        return f"{DENSE_FALLBACK}: {kernel_cls.label} failed here ({errors[0]})"
+        return SparseExecution("dense-zeros", f"{kernel_cls.label} failed here ({errors[0]})")
     best = max(e["speedup"] for e in calibration)
-    return (f"{DENSE_FALLBACK}: {kernel_cls.label} measured slower than dense at every layer "
-            f"shape (best sparse/dense speedup {best:.2f}x, needs {KERNEL_MIN_SPEEDUP}x)")
+    return SparseExecution("dense-zeros", f"{kernel_cls.label} measured slower than dense at every layer shape "
+                                          f"(best sparse/dense speedup {best:.2f}x, needs {KERNEL_MIN_SPEEDUP}x)")
 
 
 def autocast_factory(device: torch.device, precision: str, weight_dtype: torch.dtype) -> Callable[[], Any]:

@@ -9,17 +9,10 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import KernelLinear
 from accel_kit.sparsity.prune import Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers
-from accel_kit.sparsity.select import (
-    DENSE_FALLBACK,
-    KERNEL_MODES,
-    NO_SPARSITY,
-    autocast_factory,
-    calibrate,
-    candidate_kernel,
-    execution_text,
-)
+from accel_kit.sparsity.select import KERNEL_MODES, autocast_factory, calibrate, candidate_kernel, chosen_execution
 
 
 class WeightSparsity:
@@ -39,7 +32,9 @@ class WeightSparsity:
         self.model, self.sparsity, self.pattern = model, sparsity, pattern
         self.layers: list[PrunedLayer] = []
         self._hooks = []
-        self.execution = NO_SPARSITY if sparsity == 0 else f"{DENSE_FALLBACK}: no sparse kernel selected"
+        # How the pruned layers run (select_kernels decides); metrics() records its kind and its text.
+        self.execution = SparseExecution("dense-model") if sparsity == 0 else \
+            SparseExecution("dense-zeros", "no sparse kernel selected")
         self.kernel: str | None = None
         self.calibration: list[dict[str, Any]] = []
         if sparsity == 0:
@@ -95,7 +90,7 @@ class WeightSparsity:
     # ----------------------------------------------------------------------- execution
 
     def select_kernels(self, mode: str, device: torch.device, precision: str, tokens: int, *,
-                       synchronize: Callable[[], None] | None = None, force: bool = False) -> str:
+                       synchronize: Callable[[], None] | None = None, force: bool = False) -> SparseExecution:
         """Choose how the pruned layers execute; sets and returns ``self.execution``.
 
         Args:
@@ -110,15 +105,15 @@ class WeightSparsity:
         if mode not in KERNEL_MODES:
             raise ValueError(f"sparse_kernels must be one of {KERNEL_MODES}, got {mode!r}")
         if not self.layers:
-            self.execution = NO_SPARSITY
+            self.execution = SparseExecution("dense-model")
             return self.execution
         if mode == "dense":
-            self.execution = f"{DENSE_FALLBACK}: sparse_kernels=dense"
+            self.execution = SparseExecution("dense-zeros", "sparse_kernels=dense")
             return self.execution
         dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
         kernel_cls, why_not = candidate_kernel(self.pattern, self.sparsity, device, dtype)
         if kernel_cls is None:
-            self.execution = f"{DENSE_FALLBACK}: {why_not}"
+            self.execution = SparseExecution("dense-zeros", why_not)
             return self.execution
         sync = synchronize or (torch.cuda.synchronize if device.type == "cuda" else (lambda: None))
         autocast = autocast_factory(device, precision, self.layers[0].module.weight.dtype)
@@ -133,7 +128,7 @@ class WeightSparsity:
                 n_kernel += 1
         if n_kernel:
             self.kernel = kernel_cls.label
-        self.execution = execution_text(kernel_cls, self.calibration, n_kernel, len(self.layers))
+        self.execution = chosen_execution(kernel_cls, self.calibration, n_kernel, len(self.layers))
         return self.execution
 
         return self.execution
@@ -147,7 +142,8 @@ class WeightSparsity:
             "sparsity_layer_max": max(fractions.values()) if fractions else None,
             "pruned_layers": len(self.layers),
             "nonzero_block_weights": self.nonzero_weights(),
-            "sparse_execution": self.execution,
+            "sparse_execution": self.execution.describe(),
+            "sparse_execution_kind": self.execution.kind,
             "sparse_kernel": self.kernel,
             "sparse_kernel_layers": sum(isinstance(layer.module, KernelLinear) for layer in self.layers),
             "sparse_kernel_timing": self.calibration,
