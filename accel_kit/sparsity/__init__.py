@@ -16,8 +16,9 @@ anywhere accel-kit runs, and says truthfully how each run executed:
   ``after_step``), so nothing (weight decay, a scaler, a fused optimizer) can revive them.
 - **Execution** (``sparse_kernels``): ``dense`` always multiplies zeros in a dense matmul.
   ``auto`` uses a sparse kernel for a layer only where one exists for this device and
-  dtype *and* it measured faster than the dense matmul at that layer's shape (a short
-  forward+backward timing at setup, recorded): 2:4 semi-structured tensors
+  dtype (the device adapter's ``sparse_kernel`` says which) *and* it measured faster than
+  the dense matmul at that layer's shape (a short forward+backward timing at setup,
+  recorded): 2:4 semi-structured tensors
   (``torch.sparse.to_sparse_semi_structured``: cuSPARSELt / CUTLASS) on NVIDIA GPUs of
   compute capability >= 8.0 in fp16/bf16, and CSR products (``torch.sparse``: MKL on CPU,
   cuSPARSE on GPUs) for unstructured sparsity. Everything else is the dense fallback, and
@@ -43,7 +44,8 @@ path on the masked weights; tests check it):
 Costs and limits, recorded rather than hidden: on the dense fallback a sparse run is a little
 *slower* than the dense model, because the masks cost a pass over the pruned layers' gradients
 and one over their weights each step (O(parameters): visible when a step has few tokens). The
-masks take 1 byte per block weight, which the memory-fit estimate does not count. The DeepSpeed
+masks take as many bytes per block weight as the weights (they are kept in the weight's dtype,
+see ``WeightSparsity``), which the memory-fit estimate does not count. The DeepSpeed
 engine is not supported (no ``after_step``). Under data parallelism each rank times the kernels
 itself at setup, so ranks could in principle choose differently; the record is rank 0's.
 
@@ -64,12 +66,12 @@ from accel_kit.sparsity.execution import (
 from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
 from accel_kit.sparsity.metrics import MFU_BASIS, record_metrics
 from accel_kit.sparsity.prune import PATTERNS, Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers
-from accel_kit.sparsity.select import CSR_MIN_SPARSITY, KERNEL_MIN_SPEEDUP, KERNEL_MODES, SEMI_STRUCTURED_MIN_CC
+from accel_kit.sparsity.select import CSR_MIN_SPARSITY, KERNEL_MIN_SPEEDUP, KERNEL_MODES, KERNELS
 from accel_kit.sparsity.weights import WeightSparsity
 
 __all__ = [
     "CSRKernel", "CSR_MIN_SPARSITY", "DENSE_FALLBACK", "EXECUTION_KINDS", "EXECUTION_LABELS", "ExecutionKind",
-    "KERNEL_MIN_SPEEDUP", "KERNEL_MODES", "KernelLinear", "MFU_BASIS", "NO_SPARSITY", "PATTERNS", "Pattern",
-    "PrunedLayer", "SEMI_STRUCTURED_MIN_CC", "SemiStructuredKernel", "SparseExecution", "SparseKernel",
+    "KERNELS", "KERNEL_MIN_SPEEDUP", "KERNEL_MODES", "KernelLinear", "MFU_BASIS", "NO_SPARSITY", "PATTERNS",
+    "Pattern", "PrunedLayer", "SemiStructuredKernel", "SparseExecution", "SparseKernel",
     "WeightSparsity", "check_pattern", "magnitude_mask", "prunable_layers", "record_metrics",
 ]

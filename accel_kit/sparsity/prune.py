@@ -76,10 +76,8 @@ def check_pattern(sparsity: float, pattern: str) -> None:
 class PrunedLayer:
     name: str
     module: nn.Module  # the nn.Linear, or the KernelLinear that replaced it
-    # 1 where the weight is kept, 0 where pruned; shaped like the weight. On a CPU it has the
-    # weight's dtype: a bool select (masked_fill, where, mul by bool) is branchy there, about 7x
-    # slower than a same-dtype multiply at 60 % sparsity. On GPUs a select costs no more, so
-    # the mask stays bool (1 byte per weight instead of 2 or 4).
+    # 1 where the weight is kept, 0 where pruned; shaped like the weight and in the weight's dtype
+    # (why: WeightSparsity.__init__).
     keep: torch.Tensor
     parent: nn.Module
     attr: str

@@ -5,7 +5,7 @@ only where it measured faster, and the ``SparseExecution`` that results.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -13,6 +13,9 @@ from torch import nn
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
 from accel_kit.sparsity.prune import PrunedLayer
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import DeviceAdapter
 
 KERNEL_MODES: tuple[str, ...] = ("dense", "auto")
 
@@ -23,30 +26,28 @@ KERNEL_MODES: tuple[str, ...] = ("dense", "auto")
 CSR_MIN_SPARSITY = 0.8
 # A kernel must beat dense by this factor in the setup timing, so noise alone never switches paths.
 KERNEL_MIN_SPEEDUP = 1.05
-# The semi-structured kernels need NVIDIA sparse tensor cores: compute capability 8.0 (Ampere) or newer.
-SEMI_STRUCTURED_MIN_CC = (8, 0)
+# The kernel class for each kind a device adapter may answer ``sparse_kernel`` with.
+KERNELS: dict[str, type[SparseKernel]] = {cls.kind: cls for cls in (SemiStructuredKernel, CSRKernel)}
 
 
-def candidate_kernel(pattern: str, sparsity: float, device: torch.device, dtype: torch.dtype):
-    """(kernel class, None) if a sparse kernel may serve this run, else (None, why not)."""
-    name = str(dtype).removeprefix("torch.")
-    if pattern == "2:4":
-        if device.type != "cuda":
-            return None, f"2:4 sparse kernels are NVIDIA tensor-core kernels; this is {device.type}"
-        if torch.version.cuda is None:
-            return None, "2:4 sparse kernels are NVIDIA tensor-core kernels; this torch is not a CUDA build"
-        cc = torch.cuda.get_device_capability(device)
-        if cc < SEMI_STRUCTURED_MIN_CC:
-            return None, f"2:4 sparse tensor cores need compute capability >= 8.0, this GPU has {cc[0]}.{cc[1]}"
-        if dtype not in (torch.float16, torch.bfloat16):
-            return None, f"torch's 2:4 kernels run fp16/bf16 (and int8/fp8), not {name}"
-        return SemiStructuredKernel, None
-    if device.type == "cpu" and dtype not in (torch.float32, torch.float64):
-        return None, f"torch has no CPU sparse matmul for {name} (its CSR products use MKL: fp32/fp64 only)"
-    if sparsity < CSR_MIN_SPARSITY:
-        return None, (f"no sparse kernel beats dense at {sparsity:.0%} unstructured sparsity "
+def candidate_kernel(pattern: str, sparsity: float, adapter: DeviceAdapter,
+                     dtype: torch.dtype) -> tuple[type[SparseKernel] | None, str]:
+    """(kernel class, what it is) if a sparse kernel may serve this run, else (None, why not).
+
+    Whether a kernel exists for the pattern and dtype is the device's answer
+    (``adapter.sparse_kernel``); whether CSR is worth timing at this sparsity is the model's
+    (``CSR_MIN_SPARSITY``).
+    """
+    kind, reason = adapter.sparse_kernel(pattern, dtype)
+    if kind is None:
+        return None, reason
+    if kind not in KERNELS:
+        raise ValueError(f"adapter {getattr(adapter, 'name', adapter)!r} offers sparse kernel kind {kind!r}; "
+                         f"accel_kit.sparsity has kernels for {', '.join(KERNELS)}")
+    if kind == "csr" and sparsity < CSR_MIN_SPARSITY:
+        return None, (f"no sparse kernel beats dense at {sparsity:.0%} {pattern} sparsity "
                       f"(CSR is tried from {CSR_MIN_SPARSITY:.0%}; see benchmarks/sparsity_speed.py)")
-    return CSRKernel, None
+    return KERNELS[kind], reason
 
 
 def calibrate(layers: list[PrunedLayer], kernel_cls: type[SparseKernel], dtype: torch.dtype,
@@ -100,15 +101,15 @@ def chosen_execution(kernel_cls: type[SparseKernel], calibration: list[dict[str,
                                           f"(best sparse/dense speedup {best:.2f}x, needs {KERNEL_MIN_SPEEDUP}x)")
 
 
-def autocast_factory(device: torch.device, precision: str, weight_dtype: torch.dtype) -> Callable[[], Any]:
+def autocast_factory(weight: torch.Tensor, precision: str) -> Callable[[], Any]:
     """The context the training forward runs in: autocast when fp32 weights meet a 16-bit precision.
 
     (``Trainer`` runs fp16 under autocast with fp32 weights, and bf16 on a bf16 model without it.)
     """
-    if precision == "fp32" or weight_dtype != torch.float32:
+    if precision == "fp32" or weight.dtype != torch.float32:
         return contextlib.nullcontext
     dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-    return lambda: torch.autocast(device.type, dtype=dtype)
+    return lambda: torch.autocast(weight.device.type, dtype=dtype)  # autocast where the weights are
 
 
 def time_layer(dense: nn.Linear, kernel: KernelLinear, tokens: int, dtype: torch.dtype,

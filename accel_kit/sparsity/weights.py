@@ -4,15 +4,19 @@ record says about them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from accel_kit.devices.base import dtype_of
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import KernelLinear
 from accel_kit.sparsity.prune import Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers
 from accel_kit.sparsity.select import KERNEL_MODES, autocast_factory, calibrate, candidate_kernel, chosen_execution
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import DeviceAdapter
 
 
 class WeightSparsity:
@@ -22,7 +26,7 @@ class WeightSparsity:
 
         sparse = WeightSparsity(model, 0.9)            # prunes now; gradient hooks installed
         trainer = Trainer(..., after_step=sparse.apply_masks)
-        sparse.select_kernels("auto", ...)             # optional: sparse execution where it helps
+        sparse.select_kernels("auto", adapter, ...)    # optional: sparse execution where it helps
         sparse.zero_fraction()                         # measured sparsity of the pruned layers
         sparse.release()                               # back to a dense model (dense fine-tuning)
     """
@@ -42,9 +46,13 @@ class WeightSparsity:
         modules = dict(model.named_modules())
         for name, linear in prunable_layers(model):
             parent_name, _, attr = name.rpartition(".")
-            keep = magnitude_mask(linear.weight, sparsity, pattern)
-            if linear.weight.device.type == "cpu":
-                keep = keep.to(linear.weight.dtype)
+            # The mask is kept in the weight's dtype on every device (no per-device choice): the masks
+            # are applied twice a step (the gradient hook, apply_masks), and on a CPU a bool select
+            # (masked_fill, where, mul by a bool tensor) is branchy, 7x and more slower than a
+            # same-dtype multiply at 60 % sparsity (a uint8 mask 2-3x; 2-core Xeon). On a GPU either
+            # is one memory-bound pass. The price: 2 or 4 bytes per pruned-layer weight where a bool
+            # mask takes 1, which on a GPU (bool until this change) is memory the fit estimate misses.
+            keep = magnitude_mask(linear.weight, sparsity, pattern).to(linear.weight.dtype)
             with torch.no_grad():
                 linear.weight.mul_(keep)
             self.layers.append(PrunedLayer(name, linear, keep, modules[parent_name], attr))
@@ -89,17 +97,17 @@ class WeightSparsity:
 
     # ----------------------------------------------------------------------- execution
 
-    def select_kernels(self, mode: str, device: torch.device, precision: str, tokens: int, *,
-                       synchronize: Callable[[], None] | None = None, force: bool = False) -> SparseExecution:
+    def select_kernels(self, mode: str, adapter: DeviceAdapter, precision: str, tokens: int, *,
+                       force: bool = False) -> SparseExecution:
         """Choose how the pruned layers execute; sets and returns ``self.execution``.
 
         Args:
             mode: ``dense`` (zeros in a dense matmul) or ``auto`` (a sparse kernel for a layer
                 where one exists here and it measured faster than dense at that layer's shape).
-            device: where the model runs.
+            adapter: the device adapter of the device the model is on: which sparse kernel exists
+                there for the pattern and dtype (``sparse_kernel``), and its ``synchronize`` for the timing.
             precision: fp32 / fp16 / bf16 (the compute dtype of the products).
             tokens: rows of the products: micro-batch x sequence length.
-            synchronize: the device's synchronize, for the setup timing.
             force: use the candidate kernel without timing it (tests: exercise the sparse path).
         """
         if mode not in KERNEL_MODES:
@@ -110,14 +118,13 @@ class WeightSparsity:
         if mode == "dense":
             self.execution = SparseExecution("dense-zeros", "sparse_kernels=dense")
             return self.execution
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
-        kernel_cls, why_not = candidate_kernel(self.pattern, self.sparsity, device, dtype)
+        dtype = dtype_of(precision)
+        kernel_cls, why_not = candidate_kernel(self.pattern, self.sparsity, adapter, dtype)
         if kernel_cls is None:
             self.execution = SparseExecution("dense-zeros", why_not)
             return self.execution
-        sync = synchronize or (torch.cuda.synchronize if device.type == "cuda" else (lambda: None))
-        autocast = autocast_factory(device, precision, self.layers[0].module.weight.dtype)
-        chosen, entries = calibrate(self.layers, kernel_cls, dtype, autocast, tokens, sync, force)
+        autocast = autocast_factory(self.layers[0].module.weight, precision)
+        chosen, entries = calibrate(self.layers, kernel_cls, dtype, autocast, tokens, adapter.synchronize, force)
         self.calibration += entries
         n_kernel = 0
         for layer in self.layers:
