@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel_kit.devices import ADAPTERS, get_adapter
 from accel_kit.sparsity import CSRKernel, KernelLinear, magnitude_mask
 from accel_kit.timing import measure
 
@@ -34,12 +35,12 @@ SHAPES = {"mlp.c_fc (6400x1600)": (6400, 1600), "mlp.c_proj (1600x6400)": (1600,
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def _best_ms(fn, device, trials: int) -> float:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    return 1e3 * measure(fn, sync, warmup=1, trials=trials).min_s
+def _best_ms(fn, adapter, trials: int) -> float:
+    return 1e3 * measure(fn, adapter.synchronize, warmup=1, trials=trials).min_s
 
 
-def _bench(shape, sparsity, dtype, tokens, device, trials) -> dict:
+def _bench(shape, sparsity, dtype, tokens, adapter, trials) -> dict:
+    device = adapter.torch_device()
     out_f, in_f = shape
     torch.manual_seed(0)
     dense = nn.Linear(in_f, out_f, bias=False, device=device, dtype=dtype)
@@ -48,19 +49,19 @@ def _bench(shape, sparsity, dtype, tokens, device, trials) -> dict:
         dense.weight.mul_(mask)
     x = torch.randn(tokens, in_f, device=device, dtype=dtype, requires_grad=True)
     g = torch.randn(tokens, out_f, device=device, dtype=dtype)
-    row = {"dense fwd": _best_ms(lambda: F.linear(x, dense.weight), device, trials),
-           "dense fwd+bwd": _best_ms(lambda: torch.autograd.grad(dense(x), [x, dense.weight], g), device, trials)}
+    row = {"dense fwd": _best_ms(lambda: F.linear(x, dense.weight), adapter, trials),
+           "dense fwd+bwd": _best_ms(lambda: torch.autograd.grad(dense(x), [x, dense.weight], g), adapter, trials)}
     try:
         kernel = CSRKernel(mask, dtype)
         sparse = KernelLinear(dense, kernel)
         ops = kernel.operands(dense.weight, dtype)
         x2 = x.detach()
-        row["csr fwd"] = _best_ms(lambda: kernel.forward(ops, x2), device, trials)
+        row["csr fwd"] = _best_ms(lambda: kernel.forward(ops, x2), adapter, trials)
 
         def train_step() -> None:
             kernel.invalidate()  # the sparse operands are rebuilt once per optimizer step: count it
             torch.autograd.grad(sparse(x), [x, dense.weight], g)
-        row["csr fwd+bwd"] = _best_ms(train_step, device, trials)
+        row["csr fwd+bwd"] = _best_ms(train_step, adapter, trials)
     except (RuntimeError, NotImplementedError) as exc:
         row["csr"] = f"no kernel: {str(exc).splitlines()[0][:70]}"
     return row
@@ -72,12 +73,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096, help="rows of X (micro-batch x sequence)")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=sorted(ADAPTERS),
+                    help="device adapter (accel_kit.devices)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-    device = torch.device(args.device)
+    adapter = get_adapter(args.device)
     sparsities = [float(s) for s in args.sparsities.split(",")]
-    print(f"torch {torch.__version__}, {device.type}, {torch.get_num_threads()} threads, X ({args.tokens}, in); "
+    print(f"torch {torch.__version__}, {adapter.name}, {torch.get_num_threads()} threads, X ({args.tokens}, in); "
           f"best of {args.trials} (ms)")
     print(f"{'layer':24s} {'dtype':5s} {'sparsity':>8s} {'dense fwd':>10s} {'csr fwd':>10s} {'fwd x':>6s} "
           f"{'dense f+b':>10s} {'csr f+b':>10s} {'f+b x':>6s}")
@@ -88,7 +90,7 @@ def main() -> None:
             key = (name, dname)
             crossover[key] = {"fwd": None, "fwd+bwd": None}
             for s in sparsities:
-                r = _bench(shape, s, DTYPES[dname], args.tokens, device, args.trials)
+                r = _bench(shape, s, DTYPES[dname], args.tokens, adapter, args.trials)
                 fastest_dense[name] = min(fastest_dense.get(name, float("inf")), r["dense fwd+bwd"])
                 if "csr" in r:
                     print(f"{name:24s} {dname:5s} {s:8.2f} {r['dense fwd']:10.1f} {'-':>10s} {'':6s} "
@@ -106,7 +108,7 @@ def main() -> None:
     print("\ncrossover (lowest sparsity at which CSR beats dense in the same dtype):")
     for (name, dname), c in crossover.items():
         if "best_fb_ms" not in c:
-            print(f"  {name} {dname}: no sparse kernel on {device.type}")
+            print(f"  {name} {dname}: no sparse kernel on {adapter.name}")
             continue
         fmt = lambda v: f"s >= {v:g}" if v is not None else f"not up to s = {sparsities[-1]:g}"
         vs_fastest = c["best_fb_ms"] / fastest_dense[name]

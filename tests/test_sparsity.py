@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from accel_kit import flops, results, studies
 from accel_kit import sparsity as S
+from accel_kit.devices import get_adapter
 from accel_kit.errors import ParameterError
 from accel_kit.models import build_model
 from accel_kit.train import OptimConfig, Trainer
@@ -19,6 +20,7 @@ from accel_kit.train.point import TrainPoint
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB, SEQ = 97, 16
 CPU = torch.device("cpu")
+CPU_ADAPTER = get_adapter("cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -141,8 +143,9 @@ def test_csr_kernel_matches_dense_through_training():
     dense_model, csr_model = _model().double(), _model().double()
     dense = S.WeightSparsity(dense_model, 0.9)
     csr = S.WeightSparsity(csr_model, 0.9)
-    execution = csr.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ, force=True)
-    assert execution.startswith("CSR sparse matmul") and "every pruned layer" in execution
+    execution = csr.select_kernels("auto", CPU_ADAPTER, "fp32", tokens=2 * SEQ, force=True)
+    assert execution.kind == "csr" and execution.label == "CSR sparse matmul"
+    assert execution.describe().startswith("CSR sparse matmul") and "every pruned layer" in execution.describe()
     assert type(csr_model.h[0].mlp.c_fc).__name__ == "KernelLinear"
     assert csr_model.h[0].mlp.c_fc.weight is csr.layers[2].module.weight
     # the state dict is unchanged by the swap (same names, same tensors)
@@ -170,23 +173,102 @@ def test_csr_kernel_matches_dense_through_training():
 
 
 def test_kernel_selection_is_honest_about_fallbacks():
-    def execution(s, pattern, mode, precision):
-        return S.WeightSparsity(_model(), s, pattern).select_kernels(mode, CPU, precision, tokens=32)
+    def execution(s, pattern, mode, precision, kind):
+        chosen = S.WeightSparsity(_model(), s, pattern).select_kernels(mode, CPU_ADAPTER, precision, tokens=32)
+        assert chosen.kind == kind
+        return chosen.describe()
 
-    assert execution(0.0, "unstructured", "auto", "bf16") == "dense (no sparsity)"
-    assert execution(0.9, "unstructured", "dense", "bf16") == "dense (zeros in dense matmul): sparse_kernels=dense"
-    text = execution(0.9, "unstructured", "auto", "bf16")
+    assert execution(0.0, "unstructured", "auto", "bf16", "dense-model") == "dense (no sparsity)"
+    assert execution(0.9, "unstructured", "dense", "bf16", "dense-zeros") == \
+        "dense (zeros in dense matmul): sparse_kernels=dense"
+    text = execution(0.9, "unstructured", "auto", "bf16", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "bfloat16" in text
-    text = execution(0.6, "unstructured", "auto", "fp32")
+    text = execution(0.6, "unstructured", "auto", "fp32", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "60%" in text
-    text = execution(0.5, "2:4", "auto", "bf16")
+    text = execution(0.5, "2:4", "auto", "bf16", "dense-zeros")
     assert text.startswith(S.DENSE_FALLBACK) and "NVIDIA" in text
+
+
+class _FakeAdapter:
+    """Answers ``sparse_kernel`` with a fixed kind: the kind -> kernel mapping without the device."""
+
+    name = "fake"
+
+    def __init__(self, kind):
+        self.kind, self.synced = kind, 0
+
+    def sparse_kernel(self, pattern, dtype):
+        return self.kind, f"fake {self.kind} kernel" if self.kind else "fake: no sparse kernel"
+
+    def synchronize(self):
+        self.synced += 1
+
+
+def test_the_adapter_says_which_kernel_and_the_sparsity_rule_stays_here():
+    # The adapter's kind picks the kernel class.
+    assert S.KERNELS == {"2:4": S.SemiStructuredKernel, "csr": S.CSRKernel}
+    chosen = S.WeightSparsity(_model(), 0.5, "2:4").select_kernels("auto", _FakeAdapter(None), "bf16", tokens=32)
+    assert chosen.kind == "dense-zeros" and chosen.describe() == f"{S.DENSE_FALLBACK}: fake: no sparse kernel"
+    # "2:4" on a CPU: the semi-structured kernel is tried. torch's 2:4 tensors are CUDA-only, so its
+    # self-check fails, and the record says so; should a torch run them on CPUs, the layers use them.
+    sparse = S.WeightSparsity(_model(), 0.5, "2:4")
+    chosen = sparse.select_kernels("auto", _FakeAdapter("2:4"), "bf16", tokens=32, force=True)
+    assert {e["kernel"] for e in sparse.calibration} == {S.SemiStructuredKernel.label}
+    if chosen.kind == "2:4":
+        assert all(e["use"] for e in sparse.calibration)
+        assert type(sparse.layers[0].module.kernel) is S.SemiStructuredKernel
+    else:
+        assert all(not e["use"] and "error" in e for e in sparse.calibration)
+        assert chosen.kind == "dense-zeros" and "semi-structured sparse matmul failed here" in chosen.describe()
+    # CSR from the adapter is still tried only from CSR_MIN_SPARSITY: a rule about the model, not the device.
+    chosen = S.WeightSparsity(_model(), 0.6).select_kernels("auto", _FakeAdapter("csr"), "fp32", tokens=32)
+    assert chosen.kind == "dense-zeros" and "60%" in chosen.describe()
+    # The timing synchronizes through the adapter.
+    adapter = _FakeAdapter("csr")
+    S.WeightSparsity(_model(), 0.95).select_kernels("auto", adapter, "fp32", tokens=32)
+    assert adapter.synced > 0
+    with pytest.raises(ValueError, match="kind 'blocked'"):
+        S.WeightSparsity(_model(), 0.9).select_kernels("auto", _FakeAdapter("blocked"), "fp32", tokens=32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masks_are_kept_in_the_weight_dtype(dtype):
+    sparse = S.WeightSparsity(_model().to(dtype), 0.8)
+    for layer in sparse.layers:
+        assert layer.keep.dtype == layer.module.weight.dtype == dtype
+        assert layer.mask.dtype == layer.pruned.dtype == torch.bool
+        assert torch.equal(layer.mask, ~layer.pruned)
+
+
+def test_execution_is_a_typed_value_and_tables_read_its_kind():
+    from accel_kit.studies.sparsity import execution_label
+
+    kernel = S.SparseExecution("csr", "every pruned layer", kernel="CSR sparse matmul (torch.sparse)")
+    assert kernel.describe() == "CSR sparse matmul (torch.sparse) on every pruned layer" == str(kernel)
+    assert kernel.label == "CSR sparse matmul"
+    assert S.SparseExecution("dense-model").describe() == S.NO_SPARSITY
+    assert S.SparseExecution("dense-zeros", "why").describe() == f"{S.DENSE_FALLBACK}: why"
+    with pytest.raises(ValueError, match="kind"):
+        S.SparseExecution("sparse")
+    with pytest.raises(ValueError, match="kernel name"):
+        S.SparseExecution("2:4", "every pruned layer")  # a kernel kind names its kernel
+    with pytest.raises(ValueError, match="kernel name"):
+        S.SparseExecution("dense-zeros", "why", kernel="CSR")
+    # Tables read the kind; a record from before the kind column is named from its text.
+    for kind, label in S.EXECUTION_LABELS.items():
+        assert execution_label(kind, "unrelated text") == label
+    assert execution_label(float("nan"), "CSR sparse matmul (torch.sparse) on every pruned layer") == \
+        "CSR sparse matmul"
+    assert execution_label(None, "dense (no sparsity)") == "dense model"
+    assert execution_label(None, "dense (zeros in dense matmul): sparse_kernels=dense") == "zeros in dense matmul"
+    assert execution_label(None, None) == "?"
 
 
 def test_auto_times_csr_and_records_the_choice():
     model = _model()
     sparse = S.WeightSparsity(model, 0.95)
-    text = sparse.select_kernels("auto", CPU, "fp32", tokens=2 * SEQ)
+    execution = sparse.select_kernels("auto", CPU_ADAPTER, "fp32", tokens=2 * SEQ)
+    text = execution.describe()
     timing = sparse.calibration
     assert {tuple(e["shape"]) for e in timing} == {(192, 64), (64, 64), (256, 64), (64, 256)}
     assert all(e["dense_ms"] > 0 and e["sparse_ms"] > 0 for e in timing)
@@ -194,11 +276,13 @@ def test_auto_times_csr_and_records_the_choice():
     assert all(e["speedup"] >= S.KERNEL_MIN_SPEEDUP for e in used)
     kernels = sum(type(layer.module).__name__ == "KernelLinear" for layer in sparse.layers)
     if used:
-        assert text.startswith("CSR") and kernels > 0
+        assert text.startswith("CSR") and kernels > 0 and execution.kind == "csr"
     else:
         assert text.startswith(S.DENSE_FALLBACK) and "measured slower" in text and kernels == 0
+        assert execution.kind == "dense-zeros"
     m = sparse.metrics()
     assert m["sparse_execution"] == text and m["sparse_kernel_layers"] == kernels
+    assert m["sparse_execution_kind"] == execution.kind
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.cuda
@@ -210,7 +294,8 @@ def test_two_four_kernel_matches_dense_on_gpu():
     kernel_model = copy.deepcopy(dense_model)
     S.WeightSparsity(dense_model, 0.5, "2:4")
     sparse = S.WeightSparsity(kernel_model, 0.5, "2:4")
-    assert sparse.select_kernels("auto", dev, "bf16", tokens=256, force=True).startswith("2:4")
+    execution = sparse.select_kernels("auto", get_adapter("cuda"), "bf16", tokens=256, force=True)
+    assert execution.kind == "2:4" and execution.describe().startswith("2:4")
     x = torch.randint(0, 50257, (2, 128), device=dev)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         _, loss_d = dense_model(x, x)
@@ -255,6 +340,8 @@ def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
     assert two_four["sparsity_measured"] == pytest.approx(0.5, abs=1e-3)
     assert dense["sparse_execution"] == "dense (no sparsity)"
     assert sparse["sparse_execution"].startswith("dense (zeros in dense matmul)")
+    assert (dense["sparse_execution_kind"], sparse["sparse_execution_kind"], two_four["sparse_execution_kind"]) == \
+        ("dense-model", "dense-zeros", "dense-zeros")
     assert all(m["mfu_basis"].startswith("dense-equivalent") for m in (dense, sparse, two_four))
     # MFU and TFLOP/s are from the dense-equivalent count; the effective rate is recorded beside it.
     assert sparse["tflops_per_device"] == pytest.approx(sparse["flops_dense_equivalent"] / sparse["step_time_s"] / 1e12)

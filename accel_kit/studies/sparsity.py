@@ -104,8 +104,15 @@ def config_label(pattern: str, sparsity: float) -> str:
     return "dense" if sparsity == 0 else f"s={sparsity:g}"
 
 
-def execution_label(execution: str | None) -> str:
-    """A short name for the execution path of ``sparse_execution``."""
+def execution_label(kind: str | None, execution: str | None = None) -> str:
+    """A short name for the execution path: from the record's ``sparse_execution_kind``.
+
+    Records from before that column have only the text (``sparse_execution``): named by how it starts.
+    """
+    from accel_kit.sparsity import EXECUTION_LABELS
+
+    if isinstance(kind, str) and kind in EXECUTION_LABELS:  # not NaN: a column the older records lack
+        return EXECUTION_LABELS[kind]
     text = str(execution or "")
     if text.startswith("dense (no sparsity)"):
         return "dense model"
@@ -164,7 +171,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                 "config": config_label(r["sparsity_pattern"], r["sparsity"]),
                 "status": r["status"],
                 "sparsity_measured": r.get("sparsity_measured"),
-                "execution": execution_label(r.get("sparse_execution")) if ok else None,
+                "execution": execution_label(r.get("sparse_execution_kind"), r.get("sparse_execution"))
+                if ok else None,
                 "tokens_per_s": r.get("tokens_per_s"),
                 "speedup_vs_dense": r["tokens_per_s"] / base["tokens_per_s"] if ok and base is not None else None,
                 "ideal_speedup": r.get("flops_dense_equivalent") / r.get("flops_effective")

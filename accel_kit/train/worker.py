@@ -137,8 +137,7 @@ def measure_point(point, rank: int, world: int) -> dict:
         model = cast_for_precision(model, point.precision)
     # Weight sparsity: prune, keep the masks (re-applied after every step), pick the execution path.
     sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
-    sparse.select_kernels(point.sparse_kernels, device, point.precision, point.micro_batch_size * point.seq_len,
-                          synchronize=adapter.synchronize)
+    sparse.select_kernels(point.sparse_kernels, adapter, point.precision, point.micro_batch_size * point.seq_len)
     if point.data == "synthetic":
         batches = SyntheticBatches(cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
     else:
