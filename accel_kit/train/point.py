@@ -105,8 +105,8 @@ class Point(BaseModel):
         return None
 
     def record_params(self) -> dict[str, Any]:
-        """What a record stores of the point (the peak goes to the metrics)."""
-        return self.model_dump(exclude={"peak"})
+        """What a record stores of the point: the system is the record's own field, the peak goes to the metrics."""
+        return self.model_dump(exclude={"peak", "system"})
 
     def measure(self, rank: int, world: int) -> dict:
         """Run the point in this (worker) process: {status, reason?, metrics, times_s, warmup_times_s, env}."""

@@ -156,6 +156,7 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
     for rec in done.values():
         if is_memory_failure(rec["status"], rec.get("reason")):
             fields = {k: v for k, v in rec["params"].items() if k in type(points[0]).model_fields} if points else {}
+            fields["system"] = rec["system"]
             try:
                 _update_frontier(frontier, type(points[0]).model_validate(fields), rec["status"])
             except ValueError:  # a record of another point kind or schema: no frontier from it

@@ -1,0 +1,34 @@
+"""A point kind that fails on purpose, for the sweep runner's isolation tests (run in worker processes)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Literal
+
+from accel_kit.train.point import Point
+
+
+class FaultPoint(Point):
+    """Does what ``fault`` says in the worker: succeed, run out of memory, raise, hang or crash."""
+
+    kind: str = "fault_points:FaultPoint"
+    fault: Literal["ok", "oom", "error", "hang", "segfault"]
+
+    def label(self) -> str:
+        return self.fault
+
+    def measure(self, rank: int, world: int) -> dict:
+        import torch
+
+        if self.fault == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if self.fault == "error":
+            def deep_inside():
+                raise RuntimeError("kernel exploded")
+            deep_inside()
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return {"status": "ok", "metrics": {"tflops": 1.0}, "times_s": [0.1], "warmup_times_s": []}
