@@ -77,6 +77,10 @@ def cpu_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
+# Flags of the units that compute each lower precision natively (a bf16/fp16 matmul is emulated without them).
+NATIVE_FLAGS = {"bf16": {"amx_bf16", "avx512_bf16"}, "fp16": {"amx_fp16", "avx512_fp16"}}
+
+
 def _isa_summary() -> str:
     flags = _cpu_flags()
     native = [name for flag, name in (("amx_bf16", "AMX-BF16"), ("amx_fp16", "AMX-FP16"), ("avx512_bf16", "AVX512-BF16"),
@@ -112,7 +116,10 @@ class CPUAdapter(BaseAdapter):
         ratio = rate / fp32
         where = f"on this CPU ({cpu_capability()}, {_isa_summary()})"
         text = f"{rate:.1f} GFLOP/s against {fp32:.0f} in fp32 {where}"
-        if ratio >= probe.NATIVE_MIN_RATIO:
+        # Both must hold: the CPU has units for it (so a busy moment that slows the fp32 probe cannot
+        # make an emulated path look native) and torch's kernels use them (so flags alone do not decide).
+        units = NATIVE_FLAGS[precision] & _cpu_flags()
+        if units and ratio >= probe.NATIVE_MIN_RATIO:
             return PrecisionSupport(precision, True, f"{precision} native: {text}", rate)
         return PrecisionSupport(precision, False, f"{precision} {1 / ratio:.0f}x slower than fp32: {text}", rate)
 
