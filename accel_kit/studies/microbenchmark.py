@@ -14,7 +14,7 @@ from typing import Literal
 import pandas as pd
 import torch
 from pydantic import Field, PositiveInt, model_validator
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from accel_kit import flops as F
 from accel_kit import peaks, results

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from accel_kit import results
 from accel_kit.train.launch import worker_command
