@@ -108,3 +108,13 @@ def test_notebook_and_cli_give_the_same_records(out_dir):
     assert len(by_run) == 2
     notebook_points, cli_points = by_run.values()
     assert notebook_points == cli_points and len(notebook_points) == 8  # identical resolved parameters
+
+    # The executed notebook carries each figure as HTML too (HTML export, viewers without plotly's
+    # JupyterLab extension), with plotly.js embedded once before them, so it draws offline.
+    import nbformat
+
+    outputs = [o for c in nbformat.read(out_dir / "out.ipynb", as_version=4).cells for o in c.get("outputs", [])]
+    figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 2 and all("plotly-graph-div" in o.data.get("text/html", "") for o in figures)
+    first = outputs.index(figures[0])
+    assert sum("window.Plotly = Plotly" in o.get("data", {}).get("text/html", "") for o in outputs[:first]) == 1
