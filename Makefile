@@ -12,7 +12,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 CONSTRAINTS ?= constraints-cpu.txt
 PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
 
-.PHONY: install run test clean-outputs
+.PHONY: install run test lab strip-notebooks clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ run: install
 test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+
+# JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
+# --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.
+LAB_ARGS ?=
+lab: install
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# Tracked notebooks back to the form JupyterLab saves, without outputs (tests/test_notebooks_clean.py checks it).
+strip-notebooks: install
+	$(BIN)/python -m accel_kit.notebooks_meta
 
 clean-outputs:
 	find $(OUTPUTS) -mindepth 1 ! -name README.md -delete

@@ -10,6 +10,31 @@ from plotly.subplots import make_subplots
 _TEMPLATE = "plotly_white"
 
 
+def _use_notebook_renderer() -> None:
+    """In a Jupyter kernel, also store each figure as HTML, so that exported notebooks show it.
+
+    There plotly's default renderer is "plotly_mimetype" alone, which only JupyterLab's plotly
+    extension draws: ``jupyter nbconvert --to html`` shows no figure at all. "notebook" adds a
+    text/html rendering and embeds plotly.js once per notebook (with the first figure), so the
+    export works offline ("notebook_connected" would load plotly.js from the internet).
+    PLOTLY_RENDERER, or a renderer chosen before this module is imported, is left as it is.
+    """
+    import os
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if os.environ.get("PLOTLY_RENDERER") or type(shell).__name__ != "ZMQInteractiveShell":
+        return
+    import plotly.io as pio
+
+    if pio.renderers.default == "plotly_mimetype":
+        pio.renderers.default = "plotly_mimetype+notebook"
+
+
+_use_notebook_renderer()
+
+
 def _label(row: pd.Series, group: list[str], varying: list[str]) -> str:
     parts = [str(row[g]) for g in group if g in varying]
     return " · ".join(parts) if parts else str(row[group[0]])

@@ -164,6 +164,16 @@ def test_notebook_and_cli_give_the_same_records(out_dir):
     recs = list(results.iter_records(out_dir / "microbenchmark"))
     assert len(recs) == 4 and all(r["status"] == "ok" for r in recs)
 
+    # The executed notebook carries each figure as HTML too (HTML export, viewers without plotly's
+    # JupyterLab extension), with plotly.js embedded once before them, so it draws offline.
+    import nbformat
+
+    outputs = [o for c in nbformat.read(out_dir / "out.ipynb", as_version=4).cells for o in c.get("outputs", [])]
+    figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 2 and all("plotly-graph-div" in o.data.get("text/html", "") for o in figures)
+    first = outputs.index(figures[0])
+    assert sum("window.Plotly = Plotly" in o.get("data", {}).get("text/html", "") for o in outputs[:first]) == 1
+
 
 @pytest.mark.slow
 def test_unknown_papermill_parameter_fails_loudly(out_dir):

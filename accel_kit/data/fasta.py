@@ -184,7 +184,7 @@ def prepare_fasta(inputs: Sequence[str | os.PathLike] | str | os.PathLike, out_d
 
 def _tokenize_records(sources, tok: CodonTokenizer, block_size: int | None, writer: SplitWriter,
                       stats: dict[str, int], progress: bool) -> None:
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     byte_progress = ByteProgress()
     capacity = None if block_size is None else (block_size - 2 if tok.wraps else block_size)

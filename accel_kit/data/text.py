@@ -354,7 +354,7 @@ def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
 
 
 def _run_with_progress(sources, tok, writer, workers, counts, byte_progress, progress) -> None:
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     total_bytes = sum(source.size_bytes for source in sources)
     with tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="tokenize",

@@ -1,0 +1,54 @@
+"""The tracked notebooks stay in the form JupyterLab saves, without outputs (accel_kit.notebooks_meta)."""
+import json
+
+import nbformat
+import pytest
+
+from accel_kit import notebooks_meta
+
+NOTEBOOKS = notebooks_meta.tracked_notebooks()
+
+
+def test_the_six_study_notebooks_are_checked():
+    assert {p.stem for p in NOTEBOOKS} == {"microbenchmark", "scaling", "seq_length", "gas", "sparsity", "genslm"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_tracked_notebook_is_clean(path):
+    found = notebooks_meta.problems(path)
+    assert not found, (f"notebooks/{path.name}: {'; '.join(found)}; "
+                       f"run `make strip-notebooks` (python -m accel_kit.notebooks_meta) and commit the result")
+
+
+def test_strip_cleans_what_a_run_and_an_old_save_leave(tmp_path):
+    # What an executed notebook saved from JupyterLab or by papermill brings: outputs, counts,
+    # papermill and view metadata, another kernelspec display name, another Python version.
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
+    code.execution_count = 3
+    code.metadata.update(scrolled=True, papermill={"duration": 1.0})
+    nb.metadata.kernelspec.display_name = "Python 3"
+    nb.metadata.language_info = dict(notebooks_meta.LANGUAGE_INFO, version="3.12.1")
+    nb.metadata.papermill = {"parameters": {}}
+    dirty = tmp_path / "dirty.ipynb"
+    nbformat.write(nb, dirty)
+    found = notebooks_meta.problems(dirty)
+    assert found[:2] == ["has outputs", "has execution counts"]
+    assert "kernelspec, language_info, papermill" in found[2] and found[3] == "cell metadata other than tags"
+
+    assert notebooks_meta.main([str(dirty)]) == 0
+    assert notebooks_meta.problems(dirty) == []
+    assert notebooks_meta.main(["--check", str(dirty)]) == 0
+    cleaned = json.loads(dirty.read_text())
+    assert cleaned["metadata"]["language_info"]["version"] == notebooks_meta.PYTHON_VERSION
+    tags = [c["metadata"].get("tags") for c in cleaned["cells"]]
+    assert ["parameters"] in tags  # papermill's parameters cell keeps its tag
+
+
+def test_check_reports_one_line_and_fails(tmp_path, capsys):
+    dirty = tmp_path / "dirty.ipynb"
+    dirty.write_text(NOTEBOOKS[0].read_text().replace('"nbformat_minor": 5', '"nbformat_minor": 4'))
+    assert notebooks_meta.main(["--check", str(dirty)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{dirty}: nbformat 4.4, not 4.5"]
