@@ -59,6 +59,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from accel_kit import studies
+    from accel_kit.atomic import atomic_path
     from accel_kit.systems import load_system
     from accel_kit.train.launch import render_jobscript
 
@@ -68,8 +69,9 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=[(n, v) for n, v in args.param or []])
-    path.write_text(text)
-    path.chmod(0o755)
+    with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
+        tmp.write_text(text)
+        tmp.chmod(0o755)
     print(f"wrote {path}: {args.nodes} node(s) x {system.devices_per_node} devices of {system.id}; "
           f"submit with {'qsub' if args.scheduler == 'pbs' else 'sbatch'} {path}")
     return 0
