@@ -70,8 +70,8 @@ def build_model(preset: str, *, activation_checkpointing: bool = False, device: 
         return GPT(cfg, activation_checkpointing=activation_checkpointing)
 
 
-def count_params(preset: str, *, non_embedding: bool = False, **overrides: Any) -> int:
+def count_params(preset: str, **overrides: Any) -> int:
     """Parameter count without allocating memory (the model is built on the meta device)."""
     cfg = get_config(preset, **overrides)
     with torch.device("meta"):
-        return GPT(cfg).num_params(non_embedding=non_embedding)
+        return GPT(cfg).num_params()
