@@ -59,26 +59,44 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from accel_kit import studies
+    from accel_kit.atomic import atomic_path
     from accel_kit.systems import load_system
     from accel_kit.train.launch import render_jobscript
 
-    studies.study_module(args.study)  # a one-line error for an unknown study
+    module = studies.study_module(args.study)  # a one-line error for an unknown study
+    if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
+        multi = [s for s in studies.STUDIES if "launcher" in studies.study_module(s).Params.model_fields]
+        raise AccelKitError(f"study {args.study!r} runs in one process on one device; job scripts are for "
+                            f"{', '.join(multi)}")
     system = load_system(args.system)
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{args.scheduler}.sh")
     text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=[(n, v) for n, v in args.param or []])
-    path.write_text(text)
-    path.chmod(0o755)
+    # Resolve the parameters the job will run with (the script's own -p first, the user's after
+    # them win), so an unknown profile or parameter fails here, not after the job has queued.
+    launcher = {"pbs": "mpiexec", "slurm": "srun"}[args.scheduler]
+    studies.resolve(args.study, args.profile, launcher=launcher, max_nodes=args.nodes,
+                    **dict(_parse_override(p) for p in args.param or []))
+    with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
+        tmp.write_text(text)
+        tmp.chmod(0o755)
     print(f"wrote {path}: {args.nodes} node(s) x {system.devices_per_node} devices of {system.id}; "
           f"submit with {'qsub' if args.scheduler == 'pbs' else 'sbatch'} {path}")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors in the CLI's one-line form; the usage is one ``-h`` away."""
+
+    def error(self, message: str):
+        self.exit(2, f"accel-kit: error: {message} (usage: {self.prog} -h)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from accel_kit import __version__
 
-    parser = argparse.ArgumentParser(prog="accel-kit", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="accel-kit", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"accel-kit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -96,10 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     job = sub.add_parser("jobscript", help="write a PBS or Slurm job script that runs a study on several nodes")
     job.add_argument("study")
     job.add_argument("--system", required=True)
-    job.add_argument("--nodes", type=int, required=True)
+    job.add_argument("--nodes", type=int, required=True, help="nodes to request (at least 1)")
     job.add_argument("--scheduler", choices=["pbs", "slurm"], default="pbs")
     job.add_argument("--profile", default="full")
-    job.add_argument("--walltime", default="01:00:00")
+    job.add_argument("--walltime", default="01:00:00", help="HH:MM:SS (default: 01:00:00)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")
     job.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="parameter override passed to the run")

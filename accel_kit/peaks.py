@@ -73,7 +73,7 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
     DatasheetPeak(
         "Intel Gaudi2", r"Gaudi ?2|HL-225",
         {"bf16": 432.0},
-        "Habana Gaudi2 MME bf16 peak as used in public MFU comparisons (STUDY.md reference figures)",
+        "Habana Gaudi2 MME bf16 peak as used in public MFU comparisons (docs/study.md, reference figures)",
     ),
 )
 

@@ -7,6 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from accel_kit.atomic import atomic_path, write_text_atomic
+
 _TEMPLATE = "plotly_white"
 
 
@@ -104,12 +106,25 @@ def _colors(names: list[str]) -> dict[str, str]:
 
 
 def save_html(figs: dict[str, go.Figure], folder: str | Path) -> list[Path]:
-    """Write each figure to ``folder/<name>.html``; plotly.js is written once beside them (works offline)."""
+    """Write each figure to ``folder/<name>.html``; plotly.js is written once beside them (works offline).
+
+    Each file is replaced atomically: a notebook interrupted while saving leaves the previous
+    figure, not a truncated page.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    bundle = folder / "plotly.min.js"
+    if figs and not bundle.exists():
+        # Written here, atomically: plotly writes it only when absent, in place, so a bundle
+        # truncated by an interrupted save would otherwise stay broken for every later figure.
+        from plotly.offline import get_plotlyjs
+
+        write_text_atomic(bundle, get_plotlyjs())
     paths = []
     for name, fig in figs.items():
         path = folder / f"{name}.html"
-        fig.write_html(path, include_plotlyjs="directory", full_html=True)
+        with atomic_path(path) as tmp:
+            # "directory": the page loads the plotly.min.js beside it.
+            fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
         paths.append(path)
     return paths

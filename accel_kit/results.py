@@ -1,6 +1,6 @@
 """Result records: one JSON object per measured point, appended atomically to JSON Lines files.
 
-A record (STYLE.md section 5) carries everything needed to trust and re-run the number:
+A record carries everything needed to trust and re-run the number:
 schema version, study, system, device, model, the fully resolved parameters, the
 environment (versions, hardware, git commit, math mode), a status with its reason, the
 per-trial times and the derived metrics with units in their names. "Not measured" is a

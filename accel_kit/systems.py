@@ -14,7 +14,7 @@ from accel_kit.paths import params_dir
 
 
 class System(BaseModel):
-    """One machine the studies run on (STUDY.md, Table I)."""
+    """One machine the studies run on (docs/study.md, Table I)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

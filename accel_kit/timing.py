@@ -1,6 +1,6 @@
 """Timing: the one place clocks are read.
 
-Rules (see STYLE.md): synchronise the device before *and* after the timed work (queued
+Rules: synchronise the device before *and* after the timed work (queued
 asynchronous kernels would otherwise be charged to the wrong iteration or to none), time
 warm-up iterations (which include compilation, autotuning, allocator growth) but report
 them apart, keep every per-trial time, and summarise with robust statistics (median and

@@ -63,3 +63,56 @@ def test_console_script_entry_point(out_dir):
     proc = subprocess.run([sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "-p", "nope", "1"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown parameter 'nope'" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------- jobscript
+
+JOB = ["jobscript", "scaling", "--system", "a100"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "0"], "--nodes must be at least 1, got 0"),
+    (["--nodes", "-2"], "--nodes must be at least 1, got -2"),
+    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'"),
+    (["--nodes", "2", "--walltime", "1:00"], "--walltime must be HH:MM:SS"),
+    (["--nodes", "2", "--walltime", "01:75:00"], "--walltime must be HH:MM:SS"),
+    (["--nodes", "2", "--walltime", "00:00:00"], "more than zero"),
+    (["--nodes", "2", "--scheduler", "lsf"], "argument --scheduler: invalid choice: 'lsf'"),
+    (["--nodes", "2", "--profile", "huge"], "unknown profile 'huge' for study 'scaling'"),
+    (["--nodes", "2", "-p", "stepz", "3"], "unknown parameter 'stepz' for study 'scaling'"),
+    (["--nodes", "2", "-p", "steps", "many"], "parameter 'steps'"),
+])
+def test_jobscript_bad_values_write_nothing(args, message, capsys, tmp_path):
+    out = tmp_path / "job.sh"
+    assert message in _fail([*JOB, *args, "--out", str(out)], capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobscript_other_bad_arguments(capsys, tmp_path):
+    out = ["--nodes", "1", "--out", str(tmp_path / "job.sh")]
+    assert "unknown system 'tpu'" in _fail(["jobscript", "scaling", "--system", "tpu", *out], capsys)
+    assert "unknown study 'scalling'" in _fail(["jobscript", "scalling", "--system", "a100", *out], capsys)
+    # the script runs `-p launcher ...`, which the single-device microbenchmark does not take
+    assert "job scripts are for scaling" in _fail(["jobscript", "microbenchmark", "--system", "a100", *out], capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobscript_writes_a_runnable_script(capsys, tmp_path):
+    out = tmp_path / "job.sh"
+    argv = [*JOB, "--nodes", "2", "--scheduler", "slurm", "--walltime", "36:00:00", "--out", str(out),
+            "-p", "steps", "3", "-p", "data", "/data/it's here"]
+    assert cli.main(argv) == 0
+    assert out.stat().st_mode & 0o111 and "2 node(s) x 4 devices of a100" in capsys.readouterr().out
+    text = out.read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --time=36:00:00" in text
+    # the overrides reach `accel-kit run` as the same words, quotes and spaces included
+    run_line = next(line for line in text.splitlines() if line.startswith("accel-kit run"))
+    words = subprocess.run(["bash", "-c", f"printf '%s\\n' {run_line[len('accel-kit run '):]}"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert words[-6:] == ["-p", "steps", "3", "-p", "data", "/data/it's here"]
+
+
+def test_usage_errors_are_one_line(capsys):
+    assert "the following arguments are required: --system" in _fail(["jobscript", "scaling", "--nodes", "1"], capsys)
+    assert "argument --val-fraction: must be in [0, 1)" in _fail(
+        ["prepare", "text", "--out", "x", "--val-fraction", "2"], capsys)

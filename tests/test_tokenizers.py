@@ -6,7 +6,7 @@ import json
 import pytest
 
 from accel_kit.errors import ParameterError
-from accel_kit.tokenizers import CODONS, TOKENIZER_NAMES, TokenizerLike, load_tokenizer, padded_vocab_size
+from accel_kit.tokenizers import CODONS, TOKENIZER_NAMES, TokenizerLike, load_tokenizer
 from accel_kit.tokenizers.gpt2 import gpt2_files
 
 SAMPLES = [
@@ -128,15 +128,6 @@ def test_registry():
         assert load_tokenizer(name) is tokenizer  # built once
     with pytest.raises(ParameterError, match="unknown tokenizer"):
         load_tokenizer("bert")
-
-
-def test_padded_vocab_size():
-    assert padded_vocab_size(50257, 64) == 50304
-    assert padded_vocab_size(50304, 64) == 50304
-    assert padded_vocab_size(71, 8) == 72
-    assert padded_vocab_size(69) == 128
-    with pytest.raises(ValueError):
-        padded_vocab_size(0, 64)
 
 
 def test_gpt2_files_are_the_openai_ones():

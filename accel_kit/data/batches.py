@@ -42,8 +42,6 @@ class _Source:
             raise ValueError(f"batch_size and seq_len must be >= 1, got {batch_size}, {seq_len}")
         self.batch_size = batch_size
         self.seq_len = seq_len
-        self.seed = seed
-        self.rank = rank
         self.generator = torch.Generator().manual_seed(rank_seed(seed, rank))
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,6 +32,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accel_kit.atomic import write_bytes_atomic
+
 DEFAULT_CORPUS_NAME = "pydoc_topics.jsonl"
 
 
@@ -62,9 +64,7 @@ def default_text_corpus(directory: str | os.PathLike) -> Path:
     content = ("\n".join(lines) + "\n").encode("utf-8")
     # Only rewrite when different, so the file's mtime (and any watcher) stays quiet.
     if not path.is_file() or path.read_bytes() != content:
-        partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        partial.write_bytes(content)
-        os.replace(partial, path)
+        write_bytes_atomic(path, content)
     return path
 
 

@@ -45,7 +45,6 @@ BATCH_RECORDS = 256
 _WHITESPACE = b" \t\r\n\v\f"
 # Bytes allowed in sequence lines: letters, '*' (stop), '-' and '.' (gaps).
 _ALLOWED = bytes(range(ord("A"), ord("Z") + 1)) + bytes(range(ord("a"), ord("z") + 1)) + b"*-."
-_DISALLOWED = bytes(sorted(set(range(256)) - set(_ALLOWED) - set(_WHITESPACE)))
 
 
 def read_fasta(path: Path, progress: ByteProgress | None = None) -> Iterator[tuple[str, bytes]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accel_kit.atomic import atomic_path
 from accel_kit.errors import ParameterError
 from accel_kit.tokenizers.codon import CODONS
 
@@ -114,22 +115,15 @@ def synthetic_genomes(path: str | os.PathLike, n_records: int, seed: int = 0, le
     if length_nt < 600:
         raise ParameterError(f"length_nt must be >= 600, got {length_nt}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     children = np.random.SeedSequence(seed).spawn(n_records + 1)
     ancestor = ancestral_genome(np.random.default_rng(children[0]), length_nt)
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        with open(partial, "wb") as raw, \
-                (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # byte-identical .gz
-                 if path.name.endswith(".gz") else raw) as handle:
-            for index in range(n_records):
-                genome = _mutate(np.random.default_rng(children[index + 1]), ancestor, mutation_rate)
-                handle.write(f">synthetic-{seed}-{index:06d} length={length_nt}\n".encode())
-                text = genome.tobytes()
-                handle.write(b"\n".join(text[i:i + LINE_WIDTH] for i in range(0, len(text), LINE_WIDTH)))
-                handle.write(b"\n")
-        os.replace(partial, path)
-    finally:
-        if partial.exists():
-            partial.unlink()
+    with atomic_path(path) as partial, open(partial, "wb") as raw, \
+            (gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)  # byte-identical .gz
+             if path.name.endswith(".gz") else raw) as handle:
+        for index in range(n_records):
+            genome = _mutate(np.random.default_rng(children[index + 1]), ancestor, mutation_rate)
+            handle.write(f">synthetic-{seed}-{index:06d} length={length_nt}\n".encode())
+            text = genome.tobytes()
+            handle.write(b"\n".join(text[i:i + LINE_WIDTH] for i in range(0, len(text), LINE_WIDTH)))
+            handle.write(b"\n")
     return path

@@ -11,10 +11,10 @@ A prepared folder holds::
 ``eos_id`` after every document (sample random windows); ``"rows"`` is fixed-length rows of
 ``block_size`` tokens, one record each, padded with ``pad_id`` (sample whole rows).
 
-Atomicity: everything is written into a hidden sibling folder ``.<name>.partial-<pid>-<tag>``
-and renamed onto ``out_dir`` only when complete, so a killed run never leaves a folder that a
-later run could mistake for finished output. Stale partial folders of dead processes are
-removed by the next run.
+Atomicity: everything is written into a hidden sibling folder (named as in
+:mod:`accel_kit.atomic`) and renamed onto ``out_dir`` only when complete, so a killed run never
+leaves a folder that a later run could mistake for finished output. Stale partial folders of
+dead processes are removed by the next run.
 
 Reuse: ``meta.json`` records a sha256 of the inputs (names and contents) and of the options;
 a later call with the same hashes returns the existing meta without re-tokenizing.
@@ -25,7 +25,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from accel_kit.atomic import fsync_dir, fsync_path, partial_path, remove_stale_partials
 from accel_kit.errors import DataError
 
 #: Version of the folder format; part of the options hash, so bumping it invalidates caches.
@@ -136,27 +136,6 @@ def find_reusable(out_dir: Path, inputs_sha256: str, options_sha256: str) -> dic
 # Atomic output folder
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _remove_stale_partials(out_dir: Path) -> None:
-    """Delete partial folders left by killed runs (their process no longer exists)."""
-    for partial in out_dir.parent.glob(f".{out_dir.name}.partial-*"):
-        try:
-            pid = int(partial.name.rsplit(".partial-", 1)[1].split("-")[0])
-        except ValueError:
-            continue
-        if not _pid_alive(pid):
-            shutil.rmtree(partial, ignore_errors=True)
-
-
 def _check_replaceable(out_dir: Path) -> None:
     """Refuse to replace a folder that is neither empty nor accel-kit prepared output."""
     if not out_dir.exists():
@@ -172,8 +151,11 @@ def _check_replaceable(out_dir: Path) -> None:
 def atomic_output_dir(out_dir: Path) -> Iterator[Path]:
     """Yield a fresh partial folder beside ``out_dir``; on success rename it onto ``out_dir``.
 
-    Any previous ``out_dir`` (empty, or an older accel-kit preparation) is replaced. On error
-    or interruption the partial folder is deleted and ``out_dir`` is left untouched.
+    The folder-wise form of :func:`accel_kit.atomic.atomic_path` (same partial naming and
+    stale clean-up). ``os.replace`` cannot replace a non-empty folder, so a previous
+    ``out_dir`` (empty, or an older accel-kit preparation) is first renamed aside, then
+    deleted. On error or interruption the partial folder is deleted and ``out_dir`` is left
+    untouched.
 
     Raises:
         DataError: ``out_dir`` holds something else (we never delete foreign files).
@@ -181,28 +163,22 @@ def atomic_output_dir(out_dir: Path) -> Iterator[Path]:
     out_dir = out_dir.absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _check_replaceable(out_dir)
-    _remove_stale_partials(out_dir)
-    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-    partial = out_dir.parent / f".{out_dir.name}.partial-{tag}"
+    remove_stale_partials(out_dir)
+    partial = partial_path(out_dir)
     partial.mkdir()
     try:
         yield partial
-        _fsync_dir_files(partial)
-        old = out_dir.parent / f".{out_dir.name}.old-{tag}"
+        for path in partial.iterdir():
+            fsync_path(path)
+        old = out_dir.parent / f".{out_dir.name}.old-{partial.name.rsplit('.partial-', 1)[1]}"
         if out_dir.exists():
             os.rename(out_dir, old)
         os.rename(partial, out_dir)
+        fsync_dir(out_dir.parent)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         if partial.exists():
             shutil.rmtree(partial, ignore_errors=True)
-
-
-def _fsync_dir_files(folder: Path) -> None:
-    """Flush the files to disk before the rename publishes them (power-loss safety)."""
-    for path in folder.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
 
 
 # ---------------------------------------------------------------------------------------
@@ -236,8 +212,14 @@ class SplitWriter:
     the last val document moves to train if train would be empty. So a split asked for is
     never empty when it can be filled.
 
+    The files are written in place, not each through :func:`accel_kit.atomic.atomic_path`:
+    the three files of a folder must change together (publishing each on its own would let a
+    reader pair a new train.bin with an old meta.json), so ``folder`` is the partial folder of
+    :func:`atomic_output_dir`, which publishes them at once; and the fix-up at :meth:`close`
+    edits both .bin files after they are written.
+
     Args:
-        folder: where the .bin files go.
+        folder: where the .bin files go (the partial folder of :func:`atomic_output_dir`).
         dtype: token dtype.
         val_fraction: expected fraction of documents in val, in [0, 1).
         seed: seed of the split hash.

@@ -46,10 +46,6 @@ class BlockConfig:
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.n_heads
-
 
 class _NarrowOutputLinear(torch.autograd.Function):
     """``F.linear`` for bf16 whose weight gradient runs as an NN GEMM (measured faster on CPUs).

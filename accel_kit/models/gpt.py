@@ -6,7 +6,7 @@ for compute: activation checkpointing per block (``activation_checkpointing``).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -48,9 +48,6 @@ class GPTConfig:
 
     def replace(self, **changes) -> "GPTConfig":
         return replace(self, **changes)
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"padded_vocab_size": self.padded_vocab_size}
 
 
 class GPT(nn.Module):
@@ -100,9 +97,6 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
         return logits, loss
 
-    def num_params(self, *, non_embedding: bool = False) -> int:
-        """Unique parameters (the tied output projection counted once); optionally without embeddings."""
-        n = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
-        if non_embedding:
-            n -= self.wte.weight.numel() + self.wpe.weight.numel()
-        return n
+    def num_params(self) -> int:
+        """Unique parameters (the tied output projection counted once)."""
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())

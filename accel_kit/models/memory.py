@@ -12,7 +12,7 @@ plus one block's full activations during its recomputation.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from accel_kit.models.gpt import GPTConfig
 
@@ -31,9 +31,6 @@ class MemoryEstimate:
     @property
     def total_bytes(self) -> int:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.logits_bytes
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items()} | {"total_gib": self.total_bytes / GiB}
 
     def describe(self) -> str:
         parts = {"weights": self.weights_bytes, "grads": self.grads_bytes, "optimizer": self.optimizer_bytes,

@@ -12,7 +12,7 @@ Sources:
 - gpt2-13b: the paper's GenSLM 13B on SN30/A100 (44 layers, 64 heads, d 4992, vocab 71).
 - GenSLM (Zvyagin et al. 2022; ramanathanlab/genslm configs, vocab 69): 25M 8/8/512,
   250M 16/16/1152, 2.5B 30/32/2624, 25B 64/64/5760; the CS-2 GPT-3 XL variant 24/16/2048
-  with vocab 70 at sequence 10240 (STUDY.md).
+  with vocab 70 at sequence 10240 (docs/study.md, Study 3).
 """
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def build_model(preset: str, *, activation_checkpointing: bool = False, device: 
         return GPT(cfg, activation_checkpointing=activation_checkpointing)
 
 
-def count_params(preset: str, *, non_embedding: bool = False, **overrides: Any) -> int:
+def count_params(preset: str, **overrides: Any) -> int:
     """Parameter count without allocating memory (the model is built on the meta device)."""
     cfg = get_config(preset, **overrides)
     with torch.device("meta"):
-        return GPT(cfg).num_params(non_embedding=non_embedding)
+        return GPT(cfg).num_params()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from accel_kit.errors import ParameterError
-from accel_kit.tokenizers.base import TokenizerLike, padded_vocab_size
+from accel_kit.tokenizers.base import TokenizerLike
 from accel_kit.tokenizers.codon import CODONS, CodonTokenizer
 from accel_kit.tokenizers.gpt2 import GPT2Tokenizer
 
@@ -39,5 +39,4 @@ def load_tokenizer(name: str) -> TokenizerLike:
     raise ParameterError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZER_NAMES)}")
 
 
-__all__ = ["CODONS", "CodonTokenizer", "GPT2Tokenizer", "TOKENIZER_NAMES", "TokenizerLike",
-           "load_tokenizer", "padded_vocab_size"]
+__all__ = ["CODONS", "CodonTokenizer", "GPT2Tokenizer", "TOKENIZER_NAMES", "TokenizerLike", "load_tokenizer"]

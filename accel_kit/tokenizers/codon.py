@@ -147,13 +147,5 @@ class CodonTokenizer:
             tokens.append(self._id_to_token[token_id])
         return " ".join(tokens)
 
-    def token_to_id(self, token: str) -> int | None:
-        """The id of a token string (``"ATG"``, ``"[PAD]"``), or ``None``."""
-        return self.vocab.get(token)
-
-    def id_to_token(self, token_id: int) -> str:
-        """The token string of an id."""
-        return self._id_to_token[token_id]
-
     def __repr__(self) -> str:
         return f"CodonTokenizer({self.name!r}, vocab_size={self.vocab_size}, eos_id={self.eos_id})"

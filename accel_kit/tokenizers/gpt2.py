@@ -73,14 +73,12 @@ class GPT2Tokenizer:
         vocab_size: 50257.
         eos_id: 50256 (``<|endoftext|>``), appended after every document of a prepared corpus.
         pad_id: 50256 as well: GPT-2 has no padding token, and text data is never padded.
-        bos_id: ``None`` (GPT-2 adds no special tokens around a text).
     """
 
     name = "gpt2"
     vocab_size = VOCAB_SIZE
     eos_id = EOS_ID
     pad_id = EOS_ID
-    bos_id = None
 
     def __init__(self) -> None:
         # Imported here so that `import accel_kit.tokenizers` stays cheap.

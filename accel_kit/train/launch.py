@@ -8,10 +8,14 @@ Inside a job the sweep runner still runs on the first node and starts each point
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from accel_kit.errors import ParameterError
 
 LAUNCHERS = ("local", "mpiexec", "srun")
 WORKER = ["-m", "accel_kit.train.worker"]
@@ -90,7 +94,8 @@ PBS_TEMPLATE = """#!/bin/bash
 ##PBS -A <your project>  # uncomment and set
 ##PBS -q <queue>
 set -euo pipefail
-cd "${{PBS_O_WORKDIR:-{workdir}}}"
+workdir={workdir}
+cd "${{PBS_O_WORKDIR:-$workdir}}"
 # Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit
 accel-kit run {study} --system {system} --profile {profile} -p launcher mpiexec -p max_nodes {nodes}{extra}
 """
@@ -105,19 +110,51 @@ SLURM_TEMPLATE = """#!/bin/bash
 ##SBATCH --account=<your account>  # uncomment and set
 ##SBATCH --partition=<partition>
 set -euo pipefail
-cd "${{SLURM_SUBMIT_DIR:-{workdir}}}"
+workdir={workdir}
+cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
 # Activate the environment accel-kit is installed in.
 accel-kit run {study} --system {system} --profile {profile} -p launcher srun -p max_nodes {nodes}{extra}
 """
 
 
+SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
+# HH:MM:SS, the form both PBS (-l walltime) and Slurm (--time) accept; hours may pass 24.
+_WALLTIME = re.compile(r"(\d+):([0-5]\d):([0-5]\d)")
+
+
+def _single_quoted(value: str) -> str:
+    """``value`` as one shell word in single quotes (a ``'`` inside is closed, escaped, reopened)."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None) -> str:
-    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes."""
-    templates = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
-    if scheduler not in templates:
-        raise ValueError(f"scheduler must be pbs or slurm, got {scheduler!r}")
-    extra = "".join(f" -p {name} '{value}'" for name, value in overrides or [])
-    return templates[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
-                                       profile=profile, walltime=walltime, path=path, workdir=os.getcwd(),
-                                       extra=extra)
+    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes.
+
+    Args:
+        scheduler: ``pbs`` or ``slurm``.
+        study, system, profile: passed to ``accel-kit run`` inside the job.
+        nodes: nodes to request (>= 1).
+        devices_per_node: the system's devices per node (>= 1), for the Slurm task count.
+        walltime: ``HH:MM:SS``, more than zero.
+        path: where the script will be written (named in its comment).
+        overrides: ``(name, value)`` parameter overrides, passed on as ``-p name 'value'``.
+
+    Raises:
+        ParameterError: any of the above out of range or malformed (a scheduler would reject
+            the script, or run it to no purpose, only after it waited in the queue).
+    """
+    if scheduler not in SCHEDULERS:
+        raise ParameterError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+    if nodes < 1:
+        raise ParameterError(f"--nodes must be at least 1, got {nodes}")
+    if devices_per_node < 1:
+        raise ParameterError(f"system {system!r} has {devices_per_node} devices per node; a job needs at least 1")
+    match = _WALLTIME.fullmatch(walltime)
+    if not match or not any(int(part) for part in match.groups()):
+        raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
+                             f"got {walltime!r}")
+    extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
+    return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
+                                        profile=profile, walltime=walltime, path=path,
+                                        workdir=shlex.quote(os.getcwd()), extra=extra)
