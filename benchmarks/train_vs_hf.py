@@ -30,11 +30,11 @@ import time
 import torch
 
 from accel_kit.data import SyntheticBatches
-from accel_kit.devices import dtype_of
+from accel_kit.devices import dtype_of, get_adapter
 from accel_kit.models import build_model
 from accel_kit.models.hf import to_hf
 from accel_kit.train import OptimConfig, Trainer
-from accel_kit.train.step import cast_for_precision
+from accel_kit.train.step import cast_for_precision, optim_for_point
 from accel_kit.train.point import TrainPoint
 from accel_kit.train.sweep import run_worker
 
@@ -75,14 +75,17 @@ def bare_child(point_json: str) -> None:
     warm-up and step counts), without its probes, estimates, records or sparsity wrapper.
     """
     point = TrainPoint.model_validate_json(point_json)
-    device = torch.device("cpu")
+    adapter = get_adapter("cpu")
+    device = adapter.torch_device()
     torch.manual_seed(point.seed)
+    # The kernel choices the worker takes from the adapter, so both sides run the same kernels.
     model = cast_for_precision(build_model(point.preset, seq_len=point.seq_len,
-                                           pad_vocab_multiple=point.pad_vocab_multiple), point.precision)
+                                           pad_vocab_multiple=point.pad_vocab_multiple,
+                                           narrow_linear_fast_path=adapter.narrow_linear_fast_path(
+                                               dtype_of(point.precision))), point.precision)
     batches = SyntheticBatches(model.cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed)
-    optim = OptimConfig(lr=point.lr, weight_decay=point.weight_decay, grad_clip=point.grad_clip,
-                        warmup_steps=max(1, point.warmup_steps), decay_steps=max(1, point.steps))
-    trainer = Trainer(model, iter(batches), device, point.precision, point.gas, optim)
+    trainer = Trainer(model, iter(batches), device, point.precision, point.gas, optim_for_point(point),
+                      fused_optimizer=adapter.fused_optimizer())
     timed(trainer.step, point.warmup_steps)
     print(json.dumps({"times_s": timed(trainer.step, point.steps)}))
 
@@ -111,12 +114,14 @@ def compare_hf(args: argparse.Namespace) -> None:
     device = torch.device("cpu")
     tokens = args.batch * args.seq_len
 
-    ours_model = build_model(args.preset, seq_len=args.seq_len)
+    adapter = get_adapter("cpu")
+    ours_model = build_model(args.preset, seq_len=args.seq_len,
+                             narrow_linear_fast_path=adapter.narrow_linear_fast_path(dtype_of(args.precision)))
     hf_model = to_hf(ours_model)  # identical weights (copied before ours is cast)
     hf_model.train()
     vocab = ours_model.cfg.vocab_size
     ours = Trainer(cast_for_precision(ours_model, args.precision), iter(SyntheticBatches(vocab, args.seq_len, args.batch, seed=1)), device,
-                   args.precision, 1, optim)
+                   args.precision, 1, optim, fused_optimizer=adapter.fused_optimizer())
     hf = hf_stepper(hf_model, iter(SyntheticBatches(vocab, args.seq_len, args.batch, seed=1)), args.precision, optim)
     timed(ours.step, 2), timed(hf, 2)  # warm-up
     t_ours, t_hf = [], []

@@ -29,12 +29,6 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, path)
-
-
 def over_budget_before_start(point, adapter, flops: float) -> str | None:
     """Why the point cannot meet its time budget even at the device's best matmul rate; None if it may.
 
@@ -224,6 +218,7 @@ def _reduce_max(values: list[float], device: torch.device, world: int) -> list[f
 
 
 def main(argv: list[str] | None = None) -> int:
+    from accel_kit.atomic import write_json_atomic
     from accel_kit.train.launch import distributed_env
     from accel_kit.train.point import load_point
 
