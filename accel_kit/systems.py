@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
 
 from accel_kit.devices import DeviceAdapter, require_adapter
 from accel_kit.errors import ParameterError
@@ -23,13 +22,10 @@ class System(BaseModel):
     adapter: str  # key of accel_kit.devices.ADAPTERS
     device_model: str  # what the vendor calls one device
     devices_per_node: PositiveInt = 1
-    memory_gib_per_device: float | None = Field(default=None, gt=0)
     precisions: list[Precision]  # the microbenchmark's sweep on this system (the paper's, for its systems)
     default_precision: PrecisionRequest  # auto: the adapter picks the lowest precision native at speed
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
     seq_len: PositiveInt = 1024
-    distributed: Literal["gloo", "nccl", "rccl", "hccl", "vendor"] = "gloo"
-    paper_stack: str = ""  # what the paper ran it with
 
     def adapter_instance(self) -> DeviceAdapter:
         """The device adapter, or an UnavailableError naming this system and why."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 # A point whose trials vary more than this (coefficient of variation) is flagged noisy.
@@ -76,9 +76,6 @@ class Timing:
             "trials": len(self.times_s),
             "warmup_total_s": self.warmup_total_s,
         }
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class OverBudget(RuntimeError):

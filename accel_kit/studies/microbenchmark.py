@@ -10,7 +10,6 @@ natively at speed; an explicit list runs as asked, and emulated precisions say s
 """
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Literal
 
@@ -200,10 +199,7 @@ def measure_block(point: BlockPoint) -> dict:
     except OverBudget as exc:
         return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
                       "metrics": {"flops": flops, "time_estimate_s": exc.estimate_s}}
-    mem = adapter.peak_memory_bytes()
-    del module, x
-    gc.collect()
-    adapter.empty_cache()
+    mem = adapter.peak_memory_bytes()  # (the point's process ends next: nothing to free here)
 
     achieved = F.tflops(flops, timing.median_s)
     peak, source = peaks.datasheet_peak_tflops(device_model, point.precision, tf32=point.tf32)
