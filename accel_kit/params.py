@@ -63,6 +63,10 @@ def resolve(cls: type[P], study: str, profile: str | None, overrides: dict[str, 
 
 
 def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
+    # A single value that the study sweeps as a list (seq_len in the seq_length study) is an error, not ignored.
+    for name, instead in getattr(cls, "REPLACED_BY", {}).items():
+        if values.get(name) is not None:
+            raise ParameterError(f"parameter {name!r}: study {study!r} does not take it; use {instead}")
     unknown = sorted(set(values) - set(cls.model_fields))
     if unknown:
         raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for study {study!r}; "

@@ -111,7 +111,7 @@ def test_study_on_synthetic_genomes_records_table_iv_metrics(out_dir):
     for rec in recs:
         p, m = rec["params"], rec["metrics"]
         assert p["vocab_size"] == 71 and p["tokenizer"] == "codon-71" and p["data"] == "synthetic-genomes"
-        assert read_meta(p["data"])["block_size"] == p["seq_len"]  # a prepared folder per length
+        assert read_meta(p["data_path"])["block_size"] == p["seq_len"]  # a prepared folder per length
         assert m["tokens_per_s"] > 0 and m["samples_per_s_mean"] > 0
         assert m["samples_per_s_mean"] == pytest.approx(2 / (sum(rec["times_s"]) / len(rec["times_s"])))
         assert m["attention_kernel_ran"] == "flash" and p["attention_kernel"] == "auto"

@@ -32,7 +32,8 @@ def test_scaling_notebook(out_dir):
 
 @pytest.mark.slow
 def test_seq_length_notebook(out_dir):
-    df = _notebook("seq_length", out_dir, seq_lens=[16, 32], **(TINY | {"seq_len": None}), data="synthetic")
+    df = _notebook("seq_length", out_dir, seq_lens=[16, 32], **{k: v for k, v in TINY.items() if k != "seq_len"},
+                   data="synthetic")
     assert list(df["seq_len"]) == [16, 32] and set(df["status"]) == {"ok"}
     assert (df["mem_peak_gib"] > 0).all()
     assert (out_dir / "seq_length" / "figures" / "seq_length_throughput.html").exists()
@@ -40,8 +41,8 @@ def test_seq_length_notebook(out_dir):
 
 @pytest.mark.slow
 def test_gas_notebook(out_dir):
-    df = _notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1], **(TINY | {"micro_batch_size": None}),
-                   data="synthetic")
+    df = _notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1],
+                   **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic")
     assert list(df["gas"]) == [1, 2] and set(df["status"]) == {"ok"}
     assert list(df["global_batch_size"]) == [1, 2]
     assert (out_dir / "gas" / "figures" / "gas_tokens_per_s.html").exists()

@@ -9,9 +9,9 @@ process per point.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt
 
 from accel_kit.devices import PrecisionChoice
 from accel_kit.errors import ParameterError
@@ -25,22 +25,14 @@ from accel_kit.train.sweep import PeakReference, run_sweep
 class TrainingParams(StudyParams, TrainSpec):
     """Every training parameter (``TrainSpec``) plus how the run goes. None means "the system's default"."""
 
-    # Spec fields a study replaces by an axis (a list): given anyway, they are an error, not ignored.
+    # Spec fields a study replaces by an axis (a list): given anyway, they are an error, not ignored
+    # (accel_kit.params.validate says which to use instead).
     REPLACED_BY: ClassVar[dict[str, str]] = {}
 
     timeout_s: float = Field(default=1800, gt=0)  # per point; a hung point is killed and recorded
     measure_peak: bool = True
     launcher: Literal["local", "mpiexec", "srun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _replaced_fields(cls, values: Any) -> Any:
-        if isinstance(values, dict):
-            for name, instead in cls.REPLACED_BY.items():
-                if values.get(name) is not None:
-                    raise ValueError(f"this study does not take {name!r}; use {instead}")
-        return values
 
     @classmethod
     def parameter_names(cls) -> list[str]:
