@@ -1,12 +1,10 @@
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from sweep_checks import kill_and_resume
 
 from accel_kit import peaks, results, studies
 from accel_kit.train import sweep
@@ -112,21 +110,7 @@ def test_kill_and_resume(out_dir):
     args = [sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",
             "-p", "hidden_size", "64", "-p", "n_heads", "4", "-p", "seq_len", "16", "-p", "batch_sizes", "[1, 2, 3]",
             "-p", "precisions", "[fp32]", "-p", "impls", "[native]", "-p", "measure_peak", "false"]
-    path = out_dir / "microbenchmark" / "cpu.jsonl"
-    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and (not path.exists() or len(path.read_bytes().splitlines()) < 2):
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    first = [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
-    assert 2 <= len(first) < 6
-    assert subprocess.run(args, capture_output=True).returncode == 0
-    recs = list(results.iter_records(path))
-    keys = [r["params"]["point_key"] for r in recs]
-    assert len(recs) == 6 and len(set(keys)) == 6  # nothing lost, nothing run twice
-    assert all(r["status"] == "ok" for r in recs)
-    assert [r["record_id"] for r in recs[:len(first)]] == [r["record_id"] for r in first]  # earlier ones untouched
+    kill_and_resume(args, out_dir / "microbenchmark" / "cpu.jsonl", total=6)
 
 
 def test_table_and_figures_cover_several_systems(out_dir):

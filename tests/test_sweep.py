@@ -1,14 +1,10 @@
 """The sweep runner: isolation, OOM, frontier, resume after SIGKILL."""
-import json
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
+from sweep_checks import kill_and_resume
 
-from accel_kit import results, studies
+from accel_kit import studies
 
 TINY = dict(preset="gpt2-debug", vocab_size=128, precision="bf16", micro_batch_size=2, steps=2, warmup_steps=1,
             data="synthetic", measure_peak=False, timeout_s=120)
@@ -59,18 +55,4 @@ def test_kill_and_resume(out_dir):
             "--no-figures", "-p", "gas_values", "[1, 2, 3]", "-p", "micro_batch_sizes", "[1, 2]", "-p", "seq_len",
             "32", "-p", "vocab_size", "128", "-p", "data", "synthetic", "-p", "measure_peak", "false",
             "-p", "precision", "bf16"]  # fixed: auto re-probes per run, and a busy machine may tip it
-    path = out_dir / "gas" / "cpu.jsonl"
-    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and (not path.exists() or len(path.read_bytes().splitlines()) < 2):
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    first = [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
-    assert 2 <= len(first) < 6
-    assert subprocess.run(args, capture_output=True).returncode == 0
-    recs = list(results.iter_records(path))
-    keys = [r["params"]["point_key"] for r in recs]
-    assert len(recs) == 6 and len(set(keys)) == 6  # nothing lost, nothing run twice
-    assert all(r["status"] == "ok" for r in recs)
-    assert [r["record_id"] for r in recs[:len(first)]] == [r["record_id"] for r in first]  # earlier ones untouched
+    kill_and_resume(args, out_dir / "gas" / "cpu.jsonl", total=6)

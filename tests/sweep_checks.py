@@ -1,0 +1,30 @@
+"""Checks shared by the studies' tests (imported by name: pytest puts tests/ on the path)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from accel_kit import results
+
+
+def kill_and_resume(args: list[str], path: Path, total: int) -> None:
+    """SIGKILL the study command ``args`` once it has recorded 2 points; the rerun must finish the
+    ``total`` points with nothing lost, run twice or corrupt, and the earlier records untouched."""
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not path.exists() or len(path.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
+    assert 2 <= len(first) < total
+    assert subprocess.run(args, capture_output=True).returncode == 0
+    recs = list(results.iter_records(path))
+    keys = [r["params"]["point_key"] for r in recs]
+    assert len(recs) == total and len(set(keys)) == total  # nothing lost, nothing run twice
+    assert all(r["status"] == "ok" for r in recs)
+    assert [r["record_id"] for r in recs[:len(first)]] == [r["record_id"] for r in first]  # earlier ones untouched
