@@ -65,6 +65,9 @@ def test_point_over_its_time_budget_is_skipped_with_the_estimate(out_dir):
                directions=["forward_backward"], time_budget_s=0.001, measure_peak=False)
     rec = run.records[0]
     assert rec["status"] == "skipped" and "time budget" in rec["reason"] and "FLOPs" in rec["reason"]
+    # nothing to draw: the notebook says why instead of staying blank
+    assert run.figures(save=False) == {}
+    assert run.nothing_to_draw().startswith("No figure to draw: none of this run's 1 points has status ok: 1 skipped")
 
 
 def test_noisy_peak_keeps_the_times_and_flags_the_point(out_dir, monkeypatch):

@@ -72,6 +72,29 @@ class StudyRun:
         """The study's figures over every system's latest records under ``study_dir``."""
         return figures(self.study, self.study_dir, save=save)
 
+    def show_figures(self) -> dict[str, Any]:
+        """Show (and save) the figures; when there is nothing to draw, say why instead of staying blank."""
+        figs = self.figures(save=True)
+        for fig in figs.values():
+            fig.show()
+        if not figs:
+            print(self.nothing_to_draw())
+        return figs
+
+    def nothing_to_draw(self) -> str:
+        """Why a study has no figure: its points' statuses and the first reason of each."""
+        counts: dict[str, int] = {}
+        reasons: dict[str, str] = {}
+        for rec in self.records:
+            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+            reasons.setdefault(rec["status"], rec.get("reason") or "")
+        if not self.records:
+            return "No figure to draw: this run has no points."
+        if "ok" in counts:
+            return "No figure to draw: the ok records lack the metrics the figures plot."
+        parts = [f"{n} {status} (e.g. {reasons[status][:160]})" for status, n in counts.items()]
+        return f"No figure to draw: none of this run's {len(self.records)} points has status ok: " + "; ".join(parts)
+
 
 def records_path(study_dir: Path, system: str) -> Path:
     return study_dir / f"{system}.jsonl"
