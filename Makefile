@@ -35,10 +35,11 @@ run: install
 	done
 	@echo "results: $(OUTPUTS)/<study>/<system>.jsonl, figures: $(OUTPUTS)/<study>/figures/, notebooks: $(OUTPUTS)/notebooks/"
 
-# Unit tests, notebooks end to end (papermill), and nbval over notebooks/; results go to a scratch folder.
+# Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
+# (make run runs the quick one); results go to a scratch folder.
 test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
-	ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
 
 # JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
 # --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.
