@@ -8,7 +8,7 @@ one-line ParameterError naming the field.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,6 +25,15 @@ class StudyParams(BaseModel):
     """Base for every study's parameters: unknown keys are an error, assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    # Inherited single values that a study sweeps as a list instead (e.g. seq_len -> seq_lens): name -> what
+    # to use. Given anyway, they are an error (``validate``), not silently ignored.
+    REPLACED_BY: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        """The names a user may set (a notebook's parameters cell lists exactly these)."""
+        return [name for name in cls.model_fields if name not in cls.REPLACED_BY]
 
 
 P = TypeVar("P", bound=StudyParams)
@@ -64,7 +73,7 @@ def resolve(cls: type[P], study: str, profile: str | None, overrides: dict[str, 
 
 def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
     # A single value that the study sweeps as a list (seq_len in the seq_length study) is an error, not ignored.
-    for name, instead in getattr(cls, "REPLACED_BY", {}).items():
+    for name, instead in cls.REPLACED_BY.items():
         if values.get(name) is not None:
             raise ParameterError(f"parameter {name!r}: study {study!r} does not take it; use {instead}")
     unknown = sorted(set(values) - set(cls.model_fields))

@@ -9,7 +9,7 @@ process per point.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import Field, PositiveInt
 
@@ -25,19 +25,10 @@ from accel_kit.train.sweep import PeakReference, run_sweep
 class TrainingParams(StudyParams, TrainSpec):
     """Every training parameter (``TrainSpec``) plus how the run goes. None means "the system's default"."""
 
-    # Spec fields a study replaces by an axis (a list): given anyway, they are an error, not ignored
-    # (accel_kit.params.validate says which to use instead).
-    REPLACED_BY: ClassVar[dict[str, str]] = {}
-
     timeout_s: float = Field(default=1800, gt=0)  # per point; a hung point is killed and recorded
     measure_peak: bool = True
     launcher: Literal["local", "mpiexec", "srun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
-
-    @classmethod
-    def parameter_names(cls) -> list[str]:
-        """The names a user may set (a notebook's parameters cell lists exactly these)."""
-        return [name for name in cls.model_fields if name not in cls.REPLACED_BY]
 
     def check(self, system: System) -> None:
         if self.preset is not None and self.preset not in PRESETS:

@@ -62,10 +62,6 @@ class Params(StudyParams):
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
         return self
 
-    @classmethod
-    def parameter_names(cls) -> list[str]:
-        return list(cls.model_fields)
-
 
 class BlockPoint(Point):
     """One microbenchmark point: a block of this shape, in this precision, timed in one direction."""
