@@ -118,6 +118,17 @@ def mfu_pct(achieved_tflops: float, peak_tflops: float | None) -> float | None:
     return value
 
 
+def mfu_metrics(achieved_tflops: float, device_model: str, precision: str, measured: dict | None, *,
+                tf32: bool = False) -> dict:
+    """A point's MFU both ways, as record metrics: against the datasheet (with its source, or the
+    reason there is none; above 100 % raises MFUError) and against the run's measured peak
+    (``measured``: a ``MeasuredPeak`` as a dict, or None)."""
+    peak, source = datasheet_peak_tflops(device_model, precision, tf32=tf32)
+    metrics = {"peak_tflops_datasheet": peak, "mfu_pct": mfu_pct(achieved_tflops, peak),
+               "datasheet_source" if peak is not None else "mfu_reason": source}
+    return metrics | mfu_measured(achieved_tflops, MeasuredPeak(**measured) if measured else None)
+
+
 def mfu_measured(achieved_tflops: float, peak: "MeasuredPeak | None") -> dict:
     """MFU against the measured matmul peak, as record metrics.
 

@@ -198,18 +198,14 @@ def measure_block(point: BlockPoint) -> dict:
     mem = adapter.peak_memory_bytes()  # (the point's process ends next: nothing to free here)
 
     achieved = F.tflops(flops, timing.median_s)
-    peak, source = peaks.datasheet_peak_tflops(device_model, point.precision, tf32=point.tf32)
-    measured = peaks.MeasuredPeak(**point.peak) if point.peak else None
     metrics = {
         "flops": flops,  # FLOPs of one timed iteration: tflops == flops / time_median_s / 1e12
         "tflops": achieved,
         "tokens_per_s": batch * point.seq_len / timing.median_s,
-        "peak_tflops_datasheet": peak,
-        "mfu_pct": peaks.mfu_pct(achieved, peak),  # above 100 % of a datasheet is a bug: raises
-        **peaks.mfu_measured(achieved, measured),
+        # (above 100 % of a datasheet peak is a bug: raises, and the point is an error)
+        **peaks.mfu_metrics(achieved, device_model, point.precision, point.peak, tf32=point.tf32),
         "mem_peak_gib": mem / GiB if mem is not None else None,
     } | timing.summary()
-    metrics["datasheet_source" if peak is not None else "mfu_reason"] = source
     return out | {"status": "ok", "metrics": metrics, "times_s": timing.times_s,
                   "warmup_times_s": timing.warmup_times_s, "summary": f"{achieved:.3f} TFLOP/s"}
 

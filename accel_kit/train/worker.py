@@ -168,8 +168,6 @@ def measure_point(point, rank: int, world: int) -> dict:
     timing = Timing(times_s=times, warmup_times_s=timing.warmup_times_s)
     step_s = timing.median_s
     achieved = F.tflops(flops_per_step_per_device, step_s)
-    peak, source = peaks.datasheet_peak_tflops(device_model, point.precision)
-    measured = peaks.MeasuredPeak(**point.peak) if point.peak else None
     metrics = base | timing.summary() | {
         "step_time_s": step_s,
         "tokens_per_s": tokens_per_step_per_device * world / step_s,
@@ -178,9 +176,7 @@ def measure_point(point, rank: int, world: int) -> dict:
         # GenSLM's own measure: global batch over the *mean* step time, warm-up excluded.
         "samples_per_s_mean": point.global_batch_size / timing.mean_s,
         "tflops_per_device": achieved,
-        "peak_tflops_datasheet": peak,
-        "mfu_pct": peaks.mfu_pct(achieved, peak),
-        **peaks.mfu_measured(achieved, measured),
+        **peaks.mfu_metrics(achieved, device_model, point.precision, point.peak),
         "mem_peak_gib": mem / GiB if mem is not None else None,
         "loss_first": losses[0],
         "loss_last": losses[-1],
@@ -188,7 +184,6 @@ def measure_point(point, rank: int, world: int) -> dict:
     }
     metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_step_per_device,
                               tokens_per_step_per_device, step_s, finetune_losses)
-    metrics["datasheet_source" if peak is not None else "mfu_reason"] = source
     return out | {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": timing.warmup_times_s,
                   "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
 
