@@ -49,7 +49,7 @@ def _cmd_systems(args: argparse.Namespace) -> int:
 
     for sid in system_ids():
         system = load_system(sid)
-        status = get_adapter(system.adapter).availability()
+        status = get_adapter(system.adapter, system.options).availability()
         print(f"{sid:10s} {system.adapter:6s} {'available' if status else 'unavailable: ' + status.reason}"
               f"  | {system.description}")
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
@@ -26,10 +27,11 @@ class System(BaseModel):
     default_precision: PrecisionRequest  # auto: the adapter picks the lowest precision native at speed
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
     seq_len: PositiveInt = 1024
+    options: dict[str, Any] = {}  # the adapter's own settings (its ``configure`` validates them)
 
     def adapter_instance(self) -> DeviceAdapter:
         """The device adapter, or an UnavailableError naming this system and why."""
-        return require_adapter(self.adapter, system=self.id)
+        return require_adapter(self.adapter, system=self.id, options=self.options)
 
 
 def system_ids() -> list[str]:

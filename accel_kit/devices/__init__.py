@@ -28,19 +28,21 @@ ADAPTERS: dict[str, str] = {
 }
 
 
-def get_adapter(name: str) -> DeviceAdapter:
-    """Instantiate the adapter registered under ``name`` (no availability check)."""
+def get_adapter(name: str, options: dict | None = None) -> DeviceAdapter:
+    """Instantiate the adapter registered under ``name`` with its system's ``options`` (no availability check)."""
     try:
         target = ADAPTERS[name]
     except KeyError:
         raise ParameterError(f"unknown device adapter {name!r}; known: {', '.join(sorted(ADAPTERS))}") from None
     module_name, cls_name = target.split(":")
-    return getattr(importlib.import_module(module_name), cls_name)()
+    adapter = getattr(importlib.import_module(module_name), cls_name)()
+    adapter.configure(dict(options or {}))
+    return adapter
 
 
-def require_adapter(name: str, *, system: str | None = None) -> DeviceAdapter:
+def require_adapter(name: str, *, system: str | None = None, options: dict | None = None) -> DeviceAdapter:
     """The adapter ``name``, or an UnavailableError naming the system and the reason."""
-    adapter = get_adapter(name)
+    adapter = get_adapter(name, options)
     avail = adapter.availability()
     if not avail:
         who = f"system {system!r} (adapter {name})" if system else f"adapter {name!r}"

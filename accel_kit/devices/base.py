@@ -151,6 +151,19 @@ class DeviceAdapter(Protocol):
     def power_reading(self) -> tuple[None, str]:
         """Energy over the timed window: not read yet by any adapter; (None, why)."""
 
+    def configure(self, options: dict[str, Any]) -> None:
+        """Take the system YAML's ``options`` (vendor settings: a cluster address, a mode); reject unknown ones."""
+
+    def unsupported_reason(self, point: Any) -> str | None:
+        """Why ``point`` (its kind, engine, device count...) cannot run on this programming model; None if it can."""
+
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer)."""
+
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        """The object whose ``step()`` runs one optimizer step of ``point`` and returns its loss as a float."""
+
 
 class BaseAdapter:
     """Defaults for a torch device; subclasses override what their device does differently."""
@@ -247,3 +260,40 @@ class BaseAdapter:
 
     def power_reading(self) -> tuple[None, str]:
         return None, f"no power or energy reading is implemented for adapter {self.name!r}"
+
+    # --- The programming model: how a training point is built and stepped. The defaults are eager
+    # PyTorch (DDP or DeepSpeed across ranks); a vendor whose model differs (a compiled graph, a
+    # session per step, a host-driven device loop) overrides these three and nothing else changes.
+
+    def configure(self, options: dict[str, Any]) -> None:
+        if options:
+            from accel_kit.errors import ParameterError
+
+            raise ParameterError(f"adapter {self.name!r} takes no options; got {', '.join(sorted(options))}")
+
+    def unsupported_reason(self, point: Any) -> str | None:
+        return None
+
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        from accel_kit.train.step import cast_for_precision
+
+        model = model.to(device)
+        if getattr(point, "engine", "ddp") == "deepspeed":
+            return model  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
+        return cast_for_precision(model, point.precision)
+
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        from accel_kit.train.step import Trainer, optim_for_point
+
+        optim = optim_for_point(point)
+        if point.engine == "deepspeed":
+            from accel_kit.train.deepspeed_engine import DeepSpeedTrainer
+
+            return DeepSpeedTrainer(point, model, batches, device, optim, world, self)
+        if world > 1:
+            model = self.wrap_ddp(model, device)
+        if point.torch_compile:
+            model = torch.compile(model)
+        return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
+                       fused_optimizer=self.fused_optimizer())

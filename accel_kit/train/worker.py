@@ -63,7 +63,7 @@ def measure_point(point, rank: int, world: int) -> dict:
     from accel_kit.systems import load_system
     from accel_kit.timing import OverBudget, measure
     from accel_kit.train.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
-    from accel_kit.train.step import NonFiniteLoss, cast_for_precision
+    from accel_kit.train.step import NonFiniteLoss
 
     adapter = load_system(point.system).adapter_instance()
     device = adapter.prepare(int(os.environ.get("LOCAL_RANK", 0)))
@@ -126,9 +126,8 @@ def measure_point(point, rank: int, world: int) -> dict:
                       "reason": "weight sparsity re-applies its masks after each optimizer step (Trainer.after_step); "
                                 "the DeepSpeed engine here has no such hook"}
     torch.manual_seed(point.seed)
-    model = build_model(point.preset, activation_checkpointing=point.activation_checkpointing, **overrides).to(device)
-    if point.engine != "deepspeed":  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
-        model = cast_for_precision(model, point.precision)
+    model = adapter.prepare_model(build_model(point.preset, activation_checkpointing=point.activation_checkpointing,
+                                              **overrides), point, device)
     # Weight sparsity: prune, keep the masks (re-applied after every step), pick the execution path.
     sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
     sparse.select_kernels(point.sparse_kernels, adapter, point.precision, point.micro_batch_size * point.seq_len)
@@ -136,8 +135,8 @@ def measure_point(point, rank: int, world: int) -> dict:
         batches = SyntheticBatches(cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
     else:
         batches = open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
-    trainer = _make_trainer(point, model, batches, device, adapter, world,
-                            after_step=sparse.apply_masks if sparse.active else None)
+    trainer = adapter.make_trainer(point, model, batches, device, world,
+                                   after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
     try:
@@ -188,22 +187,6 @@ def measure_point(point, rank: int, world: int) -> dict:
                   "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
 
 
-def _make_trainer(point, model, batches, device, adapter, world, after_step=None):
-    from accel_kit.train.step import Trainer, optim_for_point
-
-    optim = optim_for_point(point)
-    if point.engine == "deepspeed":
-        from accel_kit.train.deepspeed_engine import DeepSpeedTrainer
-
-        return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter)
-    if world > 1:
-        model = adapter.wrap_ddp(model, device)
-    if point.torch_compile:
-        model = torch.compile(model)
-    return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
-                   fused_optimizer=adapter.fused_optimizer())
-
-
 def _reduce_max(values: list[float], device: torch.device, world: int) -> list[float]:
     if world == 1:
         return values
@@ -233,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         adapter.prepare(local_rank)  # the device is chosen before the process group binds to it
         dist.init_process_group(backend=adapter.distributed_backend(), rank=rank, world_size=world)
     try:
-        result = point.measure(rank, world)
+        from accel_kit.systems import load_system
+
+        why = load_system(point.system).adapter_instance().unsupported_reason(point)
+        result = {"status": "unsupported", "reason": why, "metrics": {}} if why else point.measure(rank, world)
     except Exception as exc:  # the point's failure is its result; the traceback goes into the record
         text = str(exc).strip().splitlines()
         result = {"status": "oom" if _is_oom(exc) else "error", "metrics": {},
