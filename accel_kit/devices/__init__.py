@@ -14,6 +14,8 @@ from accel_kit.devices.base import (
     BaseAdapter,
     DeviceAdapter,
     DeviceDescription,
+    JobLaunch,
+    Layout,
     PrecisionChoice,
     PrecisionSupport,
     dtype_of,
@@ -25,6 +27,9 @@ ADAPTERS: dict[str, str] = {
     "cpu": "accel_kit.devices.cpu:CPUAdapter",
     "cuda": "accel_kit.devices.cuda:CUDAAdapter",
     "rocm": "accel_kit.devices.rocm:ROCmAdapter",
+    "habana": "accel_kit.devices.habana:HabanaAdapter",
+    "poptorch": "accel_kit.devices.graphcore:PopTorchAdapter",
+    "sambaflow": "accel_kit.devices.sambanova:SambaFlowAdapter",
 }
 
 
@@ -52,6 +57,6 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
-    "PrecisionChoice", "PrecisionSupport",
+    "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
     "dtype_of", "get_adapter", "require_adapter",
 ]

@@ -73,6 +73,31 @@ class PrecisionChoice:
     emulated: bool = False
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a training point's devices map onto worker processes, data-parallel replicas and optimizer steps.
+
+    torch's data parallelism (the default) is one process and one replica per device and one
+    optimizer step per trainer call. A vendor runtime may hold every replica in one process (a
+    replication factor), spread one replica over several devices (a pipeline), place several
+    replicas on one device, or run several optimizer steps per host call (device iterations).
+    """
+
+    processes: int  # worker processes the point runs as
+    replicas: int  # data-parallel replicas: the global batch is micro-batch x gas x replicas
+    steps_per_call: int = 1  # optimizer steps one ``trainer.step()`` runs
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """What a system's job script needs beyond the scheduler's defaults (``accel-kit jobscript``)."""
+
+    launcher: str | None = None  # -p launcher of the sweep; None: the scheduler's (mpiexec under PBS, srun under Slurm)
+    setup: tuple[str, ...] = ()  # shell lines before ``accel-kit run`` (the vendor stack's environment)
+    directives: tuple[str, ...] = ()  # extra scheduler lines (written as given, e.g. "##SBATCH --gres=...")
+    params: tuple[tuple[str, str], ...] = ()  # -p overrides the launch needs (the user's own come after and win)
+
+
 @runtime_checkable
 class DeviceAdapter(Protocol):
     """One accelerator backend. Implementations import their vendor SDK lazily."""
@@ -162,7 +187,19 @@ class DeviceAdapter(Protocol):
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None) -> Any:
-        """The object whose ``step()`` runs one optimizer step of ``point`` and returns its loss as a float."""
+        """The object whose ``step()`` runs ``layout().steps_per_call`` optimizer steps of ``point`` and returns the loss."""
+
+    def layout(self, devices: int) -> Layout:
+        """How a training point on ``devices`` devices runs: processes, data-parallel replicas, steps per call."""
+
+    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+        """The attention-kernel fields of a record where torch's SDPA dispatch does not decide them; None: probe it."""
+
+    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+        """Words put before a point's worker command (a vendor's process launcher); [] for none."""
+
+    def job_launch(self, scheduler: str) -> JobLaunch:
+        """What a job script for this device needs (launcher, environment, scheduler lines)."""
 
 
 class BaseAdapter:
@@ -297,3 +334,15 @@ class BaseAdapter:
             model = torch.compile(model)
         return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
                        fused_optimizer=self.fused_optimizer())
+
+    def layout(self, devices: int) -> Layout:
+        return Layout(processes=devices, replicas=devices)
+
+    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+        return None
+
+    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+        return []
+
+    def job_launch(self, scheduler: str) -> JobLaunch:
+        return JobLaunch()

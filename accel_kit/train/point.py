@@ -63,7 +63,9 @@ class TrainSpec(BaseModel):
 
 # Resolved per run, not part of what a point *is*: moving outputs/ (data_path), a new peak
 # measurement or another time budget must not make a recorded point run again.
-NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason"}
+NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason",
+              # the adapter's layout: a function of the system (in the key) and its options
+              "processes", "replicas", "steps_per_call"}
 
 
 class Point(BaseModel):
@@ -121,6 +123,11 @@ class TrainPoint(Point, TrainSpec):
     micro_batch_size: PositiveInt
     seq_len: PositiveInt
     data_path: str | None = None  # where ``data`` was prepared (None: synthetic)
+    # How the devices run (the adapter's ``layout``): worker processes and data-parallel replicas
+    # (None: one of each per device), and optimizer steps per trainer call.
+    processes: PositiveInt | None = None
+    replicas: PositiveInt | None = None
+    steps_per_call: PositiveInt = 1
 
     @property
     def nodes(self) -> int:
@@ -128,16 +135,21 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def ranks(self) -> int:
-        return self.devices
+        return self.processes or self.devices
 
     @property
     def needs_group(self) -> bool:
         """Several ranks, or DeepSpeed (which initialises torch.distributed itself): run under a launcher."""
-        return self.devices > 1 or self.engine == "deepspeed"
+        return self.ranks > 1 or self.engine == "deepspeed"
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.replicas or self.devices
 
     @property
     def global_batch_size(self) -> int:
-        return self.micro_batch_size * self.gas * self.devices
+        """Samples per optimizer step, over all replicas."""
+        return self.micro_batch_size * self.gas * self.data_parallel_size
 
     def label(self) -> str:
         return f"{self.preset} {self.precision} n={self.devices} mb={self.micro_batch_size} gas={self.gas} " \
