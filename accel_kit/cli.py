@@ -71,14 +71,16 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                             f"{', '.join(multi)}")
     system = load_system(args.system)
     # The system's own launch (a vendor launcher, its SDK's environment), else the scheduler's.
-    launch = get_adapter(system.adapter, system.options).job_launch(args.scheduler)
+    adapter = get_adapter(system.adapter, system.options)
+    launch = adapter.job_launch(args.scheduler)
     launcher = launch.launcher or SCHEDULER_LAUNCHER[args.scheduler]
     overrides = [*launch.params, *((n, v) for n, v in args.param or [])]
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{args.scheduler}.sh")
     text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
-                            directives=launch.directives)
+                            directives=launch.directives,
+                            tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
     studies.resolve(args.study, args.profile, launcher=launcher, max_nodes=args.nodes,

@@ -219,8 +219,9 @@ def test_unsupported_training_points_say_why():
 @pytest.mark.parametrize("system, scheduler, launcher, expected", [
     ("gaudi2", "pbs", "mpirun", ["export PT_HPU_LAZY_MODE=1", "#PBS -l select=2"]),
     ("gaudi2", "slurm", "mpirun", ["export PT_HPU_LAZY_MODE=1", "#SBATCH --ntasks-per-node=8"]),
-    ("bow-pod64", "slurm", "local", ["started by poprun", "Poplar SDK"]),
-    ("sn30", "slurm", "srun", ["export SLURM_MPI_TYPE=pmi2", "##SBATCH --gres=rdu:<n>", "-p timeout_s '21600'"]),
+    ("bow-pod64", "slurm", "local", ["started by poprun", "Poplar SDK", "#SBATCH --ntasks-per-node=1"]),
+    ("sn30", "slurm", "srun", ["export SLURM_MPI_TYPE=pmi2", "##SBATCH --gres=rdu:<n>", "-p timeout_s '21600'",
+                               "#SBATCH --ntasks-per-node=16"]),  # two instances per RDU
     ("sn30", "pbs", "mpiexec", ["SambaFlow", "-p timeout_s '21600'"]),
 ])
 def test_jobscripts_use_each_vendors_launch(system, scheduler, launcher, expected, tmp_path, capsys):
@@ -511,3 +512,15 @@ def test_worker_records_an_ipu_point_by_its_layout(standins):
     assert m["mem_peak_gib"] is None and m["loss_last"] == pytest.approx(2.0 / (4 * 1))  # the stand-in's sum
     assert calls.count("PoplarExecutor.__call__") == 3  # warm-up and timed calls, each one device iteration
     assert result["env"]["device"]["model"] == "Graphcore IPU (hardware version 2)"
+
+
+def test_only_the_adapters_know_the_vendor_stacks():
+    """No module outside accel_kit/devices/ names a vendor SDK, its device or its launcher."""
+    import re
+
+    root = ROOT / "accel_kit"
+    pattern = re.compile(r"habana_frameworks|torch\.hpu|\"hpu\"|poptorch|popdist|poprun|sambaflow|\bsamba\.")
+    offenders = [f"{path.relative_to(root)}:{n}: {line.strip()}"
+                 for path in root.rglob("*.py") if "devices" not in path.parts
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not offenders, "vendor-specific code outside accel_kit/devices/:\n" + "\n".join(offenders)

@@ -220,8 +220,8 @@ class PopTorchAdapter(BaseAdapter):
         return JobLaunch(launcher="local", setup=(
             "# Graphcore Poplar SDK: source its enable script and activate a virtualenv with the SDK's poptorch wheel",
             "# (not on PyPI), e.g.: source <sdk>/enable; source <venv>/bin/activate",
-            f"# Each point runs as one process started by {starter}: replicas = devices / "
-            f"{self.options.ipus_per_replica} IPUs per replica (params/systems options).",
+            f"# Each point runs as one process started by {starter}:",
+            f"# replicas = devices / {self.options.ipus_per_replica} IPUs per replica (the system's options).",
             "# A pipelined replica needs gradient accumulation to fill it: the paper ran -p gas 128 and 1024.",
         ))
 

@@ -52,6 +52,7 @@ from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription,
 
 SOURCE = "SambaNova's SambaFlow (installed with the SambaNova software stack, under /opt/sambaflow)"
 TILES_PER_RDU = 8  # docs/study.md, Table I
+DEFAULT_PEF_DIR = "~/.cache/accel-kit/sambaflow-pef"
 SECTIONS = ["FWD", "BCKWD", "GRADNORM", "OPT"]  # one training step (SambaNova's GPT-2 tutorial)
 COMPILED_ATTENTION = {
     "attention_kernel_ran": None, "attention_op": None,
@@ -160,7 +161,7 @@ class SambaFlowAdapter(BaseAdapter):
         return SambaFlowTrainer(samba, utils, point, model, iter(batches), world, self)
 
     def pef_dir(self) -> Path:
-        return Path(self.options.pef_dir or Path.home() / ".cache" / "accel-kit" / "sambaflow-pef").expanduser()
+        return Path(self.options.pef_dir or DEFAULT_PEF_DIR).expanduser()
 
     def job_launch(self, scheduler: str) -> JobLaunch:
         slurm = scheduler == "slurm"
@@ -169,7 +170,7 @@ class SambaFlowAdapter(BaseAdapter):
             "# from PyPI; activate the Python environment that has sambaflow and accel-kit.",
             f"# One rank per instance ({self.options.tiles_per_instance} of an RDU's {TILES_PER_RDU} tiles). A point "
             "first compiles its PEF (the compile phase,",
-            f"# kept under {self.pef_dir()}), then runs it: one session.run per optimizer step.",
+            f"# kept under {self.options.pef_dir or DEFAULT_PEF_DIR}), then runs it: one session.run per optimizer step.",
         ]
         if slurm:
             setup.append("export SLURM_MPI_TYPE=pmi2  # srun --mpi=pmi2, as SambaNova's GPT-2 scripts at ALCF start "

@@ -89,8 +89,8 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
 
 
 PBS_TEMPLATE = """#!/bin/bash
-# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro with {launcher}
-# (as on ALCF Polaris). Submit with: qsub {path}
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro (as on ALCF
+# Polaris); each point's processes start with {launcher}. Submit with: qsub {path}
 #PBS -N accel-kit-{study}
 #PBS -l select={nodes}
 #PBS -l walltime={walltime}
@@ -106,11 +106,11 @@ accel-kit run {study} --system {system} --profile {profile} -p launcher {launche
 """
 
 SLURM_TEMPLATE = """#!/bin/bash
-# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm with {launcher}.
-# Submit with: sbatch {path}
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm; each point's
+# processes start with {launcher}. Submit with: sbatch {path}
 #SBATCH --job-name=accel-kit-{study}
 #SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node={devices_per_node}
+#SBATCH --ntasks-per-node={tasks_per_node}
 #SBATCH --time={walltime}
 ##SBATCH --account=<your account>  # uncomment and set
 ##SBATCH --partition=<partition>{directives}
@@ -137,7 +137,7 @@ def _single_quoted(value: str) -> str:
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
-                     directives: tuple[str, ...] = ()) -> str:
+                     directives: tuple[str, ...] = (), tasks_per_node: int | None = None) -> str:
     """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes.
 
     Args:
@@ -151,6 +151,7 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         launcher: how each point's ranks start (``LAUNCHERS``); None: the scheduler's own.
         setup: shell lines run before ``accel-kit run`` (the system adapter's environment).
         directives: extra scheduler lines, written after the standard ones.
+        tasks_per_node: worker processes a node runs (Slurm's tasks); None: one per device.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
@@ -172,6 +173,7 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
     return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
                                         profile=profile, walltime=walltime, path=path, launcher=launcher,
+                                        tasks_per_node=tasks_per_node or devices_per_node,
                                         workdir=shlex.quote(os.getcwd()), extra=extra,
                                         setup="".join(f"\n{line}" for line in setup),
                                         directives="".join(f"\n{line}" for line in directives))
