@@ -18,6 +18,7 @@ from accel_kit.devices.base import (
     PrecisionSupport,
     dtype_of,
 )
+from accel_kit.devices.power import EnergyMeter, EnergySource, EnergyWindow, UnavailableMeter
 from accel_kit.errors import ParameterError, UnavailableError
 
 # name -> "module:Class", imported on first use.
@@ -52,6 +53,6 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
-    "PrecisionChoice", "PrecisionSupport",
+    "EnergyMeter", "EnergySource", "EnergyWindow", "PrecisionChoice", "PrecisionSupport", "UnavailableMeter",
     "dtype_of", "get_adapter", "require_adapter",
 ]
