@@ -13,6 +13,7 @@ from accel_kit.devices import get_adapter, power
 from accel_kit.devices.power import ENERGY_COUNTER, Counter, CounterMeter, EnergySource, EnergyWindow
 from accel_kit.timing import measure
 
+ROOT = Path(__file__).resolve().parent.parent
 MAX_UJ = 262_143_328_850  # a real package's max_energy_range_uj (about 262 kJ)
 
 
@@ -268,12 +269,46 @@ def test_zeus_meter_counter_reset_and_missing_gpu(monkeypatch):
     assert "zeus sees 1 GPU(s), not GPU 3" in get_adapter("cuda").energy_meter(3).reason
 
 
-def test_zeus_missing_or_failing_says_why(monkeypatch):
-    monkeypatch.setitem(sys.modules, "zeus", None)  # import zeus raises ImportError
-    monkeypatch.setitem(sys.modules, "zeus.device", None)
-    monkeypatch.setitem(sys.modules, "zeus.monitor", None)
+def test_without_zeus_or_nvml_the_reason_says_what_to_install(monkeypatch):
+    for name in ("zeus", "zeus.device", "zeus.monitor", "pynvml"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
     reason = get_adapter("cuda").energy_meter(0).reason
-    assert "zeus is not installed" in reason and "accel-kit[energy]" in reason
+    assert "neither zeus" in reason and "accel-kit[energy]" in reason and "nvidia-ml-py" in reason
+    reason = get_adapter("rocm").energy_meter(0).reason
+    assert "zeus is not installed" in reason and "amdsmi_get_energy_count" in reason
+
+
+def _fake_pynvml(monkeypatch, readings_mj, *, supported=True):
+    mod = types.ModuleType("pynvml")
+    mod.opened = []
+    mod.nvmlInit = lambda: None
+
+    def by_uuid(uuid):
+        mod.opened.append(uuid)
+        return "handle"
+
+    def energy(handle):
+        if not supported:
+            raise RuntimeError("NVMLError_NotSupported: Not Supported")
+        return next(readings_mj)
+
+    mod.nvmlDeviceGetHandleByUUID = by_uuid
+    mod.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    mod.nvmlDeviceGetTotalEnergyConsumption = energy
+    mod.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: [200_000, 700_000]
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    return mod
+
+
+def test_nvml_meter_without_zeus(monkeypatch):
+    mod = _fake_pynvml(monkeypatch, iter([1, 10_000, 1_010_000]))
+    meter = power.nvml_meter(1, uuid=lambda: "58c0a2c5-0000-1111-2222-333344445555")
+    assert mod.opened == ["GPU-58c0a2c5-0000-1111-2222-333344445555"]  # the torch device's GPU, not NVML's index 1
+    assert meter.source.rated_power_w == 700.0 and "nvidia-ml-py" in meter.source.library
+    meter.start()
+    assert meter.stop().energy_j == pytest.approx(1000.0)
+    _fake_pynvml(monkeypatch, iter([]), supported=False)
+    assert "NotSupported" in power.nvml_meter(0, uuid=lambda: "GPU-x").reason  # GPUs before Volta have no counter
 
 
 def test_real_zeus_with_a_fake_gpu(monkeypatch):
@@ -391,6 +426,49 @@ def test_every_record_has_the_energy_fields(out_dir):
     assert "not measured: the point ended unsupported" in run.records[1]["metrics"]["energy_reason"]
     measured = run.records[0]["metrics"]["energy_j"] is not None
     assert energy.table_columns(run.df(), "flops") == (["flops_per_j", "power_avg_w", "energy_j"] if measured else [])
+    train = studies.run_study("scaling", "cpu", "quick", progress=False, preset="gpt2-debug", device_counts=[1],
+                              precision="fp32", micro_batch_size=2, seq_len=16, steps=2, warmup_steps=1,
+                              data="synthetic", measure_peak=False, time_budget_s=None)
+    m = train.records[0]["metrics"]
+    assert train.records[0]["status"] == "ok" and set(energy.FIELDS) | {"tokens_per_j"} <= set(m)
+    assert (m["energy_j"] is None) == (m["tokens_per_j"] is None) == (m["energy_reason"] is not None)
+    # what benchmarks/gpu_check.sh's energy section prints, here on this machine's records
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("energy_check", ROOT / "benchmarks" / "energy_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    printed = check.lines(out_dir)
+    assert len(printed) == 3 and "unsupported: does not fit" in printed[1]
+    for line, rec in ((printed[0], run.records[0]), (printed[2], train.records[0])):
+        why = rec["metrics"]["energy_reason"]
+        assert (f"energy not recorded: {why}" in line) if why else ("J/token" in line and "J over" in line)
+
+
+def test_energy_check_prints_joules_per_token(tmp_path):
+    """The gpu_check energy section's printout, from records with a figure (as an NVIDIA GPU gives)."""
+    import importlib.util
+
+    from accel_kit import results
+
+    spec = importlib.util.spec_from_file_location("energy_check", ROOT / "benchmarks" / "energy_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    src = "NVML nvmlDeviceGetTotalEnergyConsumption, GPU 0 (NVIDIA H200); zeus 0.16.0 ZeusMonitor; energy counter"
+    block = {"flops": 1e12, "tokens_per_s": 1e5, "time_median_s": 0.02, "trials": 200, "energy_j": 2000.0,
+             "energy_window_s": 4.0, "power_avg_w": 500.0, "flops_per_j": 1e14, "energy_source": src}
+    train = {"tokens_per_s": 4e4, "tokens_per_step": 16384, "trials": 10, "energy_j": 2457.6, "energy_window_s": 4.1,
+             "power_avg_w": 600.0, "tokens_per_j": 66.67, "energy_source": src}
+    for study, params, metrics in (
+            ("microbenchmark", {"impl": "native", "precision": "bf16", "batch_size": 64, "seq_len": 1024,
+                                "direction": "forward_backward"}, block),
+            ("scaling", {"preset": "gpt2-xl", "precision": "bf16", "devices": 1, "micro_batch_size": 16}, train)):
+        results.append_record(tmp_path / study / "h200.jsonl", results.make_record(
+            study=study, system="h200", status="ok", params=params, run_id="r", metrics=metrics))
+    micro, scaling = check.lines(tmp_path)
+    assert "2000.0 J over 4.00 s, 500 W average, 1e+05 GFLOP/J" in micro
+    assert f"{2000.0 / (64 * 1024 * 200):.3g} J/token" in micro and "(NVML" in micro
+    assert "66.7 tokens/J, 0.015 J/token" in scaling  # 2457.6 J over 10 steps of 16384 tokens
 
 
 # ---- several ranks -------------------------------------------------------------------------------------
@@ -427,3 +505,43 @@ def test_energy_over_ranks(tmp_path):
     assert got["host"] == (100.0, 3.0, 300.0, None)
     assert got["device"] == (201.0, 2.0, 1400.0, None)
     assert got["missing"][0] is None and got["missing"][3] == "another rank had no energy reading"
+
+
+# ---- figures ------------------------------------------------------------------------------------------
+
+def _rows(**per_j):
+    import pandas as pd
+
+    return pd.DataFrame([{"system": s, "preset": "gpt2-debug", "precision": "bf16", "devices": n, "status": "ok",
+                          "timestamp": f"2026-01-01T00:00:0{n}", "tokens_per_s": 1000.0 * n,
+                          "tokens_per_s_per_device": 1000.0, "mfu_measured_pct": 40.0, "global_batch_size": 8 * n,
+                          "tokens_per_j": per_j.get(s), "power_avg_w": 300.0 if per_j.get(s) else None,
+                          "energy_j": 50.0 if per_j.get(s) else None}
+                         for s in ("h200", "cpu") for n in (1, 2)])
+
+
+def test_training_figures_show_tokens_per_joule_beside_tokens_per_second():
+    from accel_kit.studies import scaling
+
+    figs = scaling.figures(_rows(h200=3.5))
+    assert set(figs) == {"scaling_throughput", "scaling_energy"}
+    traces = {t.name: list(t.y) for t in figs["scaling_energy"].data}
+    assert traces == {"h200": [3.5, 3.5]}  # the CPU read no energy: left out, not drawn at 0
+    assert "tokens / J" in figs["scaling_energy"].layout.yaxis.title.text
+    assert list(scaling.table(_rows(h200=3.5)).columns).count("tokens_per_j") == 1
+    none = _rows()
+    assert set(scaling.figures(none)) == {"scaling_throughput"} and "tokens_per_j" not in scaling.table(none)
+
+
+def test_microbenchmark_figures_show_flops_per_joule():
+    import pandas as pd
+
+    from accel_kit.studies import microbenchmark
+
+    df = pd.DataFrame([{"system": "h200", "impl": "native", "precision": "bf16", "batch_size": b,
+                        "direction": "forward_backward", "status": "ok", "timestamp": "t", "seq_len": 1024,
+                        "tflops": 600.0, "flops_per_j": 1.2e12, "power_avg_w": 500.0, "energy_j": 2500.0}
+                       for b in (16, 64)])
+    figs = microbenchmark.figures(df)
+    assert set(figs) == {"microbenchmark_forward_backward", "microbenchmark_forward_backward_energy"}
+    assert list(figs["microbenchmark_forward_backward_energy"].data[0].y) == [1200.0, 1200.0]  # GFLOP / J

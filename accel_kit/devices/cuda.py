@@ -92,9 +92,12 @@ class CUDAAdapter(BaseAdapter):
     energy_api = "NVML nvmlDeviceGetTotalEnergyConsumption"
 
     def energy_meter(self, index: int = 0):
-        from accel_kit.devices.power import zeus_gpu_meter
+        # Zeus where installed (the "energy" extra); else NVIDIA's bindings read the same counter.
+        from accel_kit.devices import power
 
-        return zeus_gpu_meter(index, api=self.energy_api)
+        if power.installed("zeus"):
+            return power.zeus_gpu_meter(index, api=self.energy_api)
+        return power.nvml_meter(index, uuid=lambda: str(torch.cuda.get_device_properties(index).uuid))
 
     def describe(self) -> DeviceDescription:
         props = torch.cuda.get_device_properties(0)

@@ -6,12 +6,14 @@ after the last one, so the reading covers the timed trials and nothing else. The
 figure is an ``EnergyWindow``: joules, or None with the reason; never a zero standing in
 for "not read".
 
-Three readers, each the smallest that covers its device:
+The readers, each the smallest that covers its device:
 
 - ``zeus_gpu_meter``: NVIDIA GPUs (NVML's ``nvmlDeviceGetTotalEnergyConsumption``) and AMD GPUs
   (amdsmi's ``amdsmi_get_energy_count``) through Zeus's ``ZeusMonitor`` (the optional extra
   ``accel-kit[energy]``), which also falls back to integrating sampled power on GPUs without a
   counter (NVIDIA before Volta).
+- ``nvml_meter``: the same NVIDIA counter through NVIDIA's ``nvidia-ml-py`` alone, where Zeus is
+  not installed (one small wheel instead of Zeus's scikit-learn, SciPy and AMD libraries).
 - ``rapl_meter``: the CPU package energy counters of Linux's powercap interface
   (``/sys/class/powercap/intel-rapl:N``, also used for AMD Zen), read from sysfs. Zeus reads the
   same files, but it would pull scikit-learn and the GPU libraries into a CPU install for a
@@ -321,6 +323,58 @@ def zeus_gpu_meter(index: int, *, api: str) -> UnavailableMeter | ZeusMeter:
         sampling_period_s=None if counter else period, rated_power_w=rated_w, rated_power_source=rated_source,
         min_window_s=GPU_COUNTER_MIN_WINDOW_S)
     return ZeusMeter(monitor, index, source)
+
+
+def nvml_meter(index: int, *, uuid: Callable[[], str] | None = None) -> UnavailableMeter | CounterMeter:
+    """NVIDIA GPU ``index`` through NVIDIA's own bindings (``nvidia-ml-py``) where Zeus is not installed.
+
+    The same counter Zeus reads (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver
+    loaded, 64-bit: a smaller reading is a reload, not a wrap), without Zeus's dependencies; no
+    sampled fallback (GPUs before Volta have no counter and get the reason). NVML numbers the
+    GPUs in PCI order, CUDA may not: ``uuid`` (the torch device's) picks the same GPU.
+    """
+    try:
+        import pynvml
+    except ImportError as exc:
+        return UnavailableMeter("no GPU energy reading: neither zeus (pip install 'accel-kit[energy]') nor "
+                                f"nvidia-ml-py is installed ({type(exc).__name__}: {exc})")
+    try:
+        pynvml.nvmlInit()
+        if uuid is not None:
+            key = uuid()
+            handle = pynvml.nvmlDeviceGetHandleByUUID(key if key.startswith(("GPU-", "MIG-")) else f"GPU-{key}")
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # NotSupported before Volta
+    except Exception as exc:
+        return UnavailableMeter(f"no GPU energy reading: NVML could not read the energy counter of GPU {index}: "
+                                f"{type(exc).__name__}: {exc}")
+    try:
+        rated_w = pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)[1] / 1e3
+        rated_source = "the GPU's maximum power-management limit (nvmlDeviceGetPowerManagementLimitConstraints)"
+    except Exception as exc:
+        rated_w, rated_source = None, f"power limit not readable ({type(exc).__name__}): upper bound not checked"
+    source = EnergySource(
+        counter=f"NVML nvmlDeviceGetTotalEnergyConsumption, GPU {index} ({name})",
+        library=f"nvidia-ml-py {_version('nvidia-ml-py')}", method=ENERGY_COUNTER, rated_power_w=rated_w,
+        rated_power_source=rated_source, min_window_s=GPU_COUNTER_MIN_WINDOW_S)
+    counter = Counter(f"NVML energy of GPU {index}", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3)
+    return CounterMeter([counter], source)
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it."""
+    import importlib.util
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 # ---- Intel Gaudi: habana-pyhlml ---------------------------------------------------------------------

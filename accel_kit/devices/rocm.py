@@ -13,6 +13,11 @@ class ROCmAdapter(CUDAAdapter):
     # the first), so its windows read zero and are recorded as null with that reason.
     energy_api = "amdsmi amdsmi_get_energy_count"
 
+    def energy_meter(self, index: int = 0):
+        from accel_kit.devices.power import zeus_gpu_meter
+
+        return zeus_gpu_meter(index, api=self.energy_api)  # Zeus alone: it converts amdsmi's units per version
+
     def availability(self) -> Availability:
         if not torch.version.hip:
             return Availability(False, "this torch is not a ROCm build (torch.version.hip is None)")
