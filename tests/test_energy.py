@@ -86,7 +86,7 @@ def test_rapl_read_too_rarely_to_rule_out_a_second_wrap_has_no_figure(tmp_path):
     clock = Clock()
     meter = power.rapl_meter(tmp_path, clock=clock)
     meter.start()
-    clock.now += MAX_UJ / 1e6 / 500  # one range at the rated 500 W: at 1.5 x it could have wrapped twice
+    clock.now += MAX_UJ / 1e6 / 250  # one range at the package's rated 250 W: at 1.5 x it could have wrapped twice
     _set(p0, 1_000)
     window = meter.stop()
     assert window.energy_j is None and "more than once" in window.reason

@@ -117,11 +117,13 @@ class UnavailableMeter:
 
 @dataclass(frozen=True)
 class Counter:
-    """One cumulative energy counter: ``read_j`` in joules; ``wrap_j``: where it wraps to 0 (None: never)."""
+    """One cumulative energy counter: ``read_j`` in joules; ``wrap_j``: where it wraps to 0 (None: never);
+    ``rated_w``: the power limit of what it measures (None: the source's)."""
 
     name: str
     read_j: Callable[[], float]
     wrap_j: float | None = None
+    rated_w: float | None = None
 
 
 class CounterMeter:
@@ -152,7 +154,7 @@ class CounterMeter:
         for counter, before, after in zip(self.counters, self._last, values):
             delta = after - before
             if counter.wrap_j is not None:
-                rated = self.source.rated_power_w
+                rated = counter.rated_w or self.source.rated_power_w
                 if rated and (now - self._t_last) * rated * WRAP_SAFETY >= counter.wrap_j and not self._problem:
                     self._problem = (f"{counter.name} was read {now - self._t_last:.0f} s apart, long enough at "
                                      f"{WRAP_SAFETY} x the rated {rated:.0f} W to wrap its {counter.wrap_j:.0f} J "
@@ -230,8 +232,8 @@ def rapl_meter(root: str | Path = POWERCAP, *, clock: Callable[[], float] = time
                                     "restrict RAPL counters; run as root or grant read access)")
         except (OSError, ValueError) as exc:
             return UnavailableMeter(f"no CPU energy reading: {energy}: {exc}")
-        counters.append(Counter(f"RAPL {name}", lambda path=energy: _read_int(path) / 1e6, wrap_uj / 1e6))
         rated.append(_rapl_rated_w(zone))
+        counters.append(Counter(f"RAPL {name}", lambda path=energy: _read_int(path) / 1e6, wrap_uj / 1e6, rated[-1]))
     known = None if None in rated else sum(rated)
     source = EnergySource(
         counter="RAPL " + " + ".join(name for _, name in zones) + " energy_uj (CPU packages, every process on them)",
