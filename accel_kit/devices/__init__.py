@@ -20,6 +20,7 @@ from accel_kit.devices.base import (
     PrecisionSupport,
     dtype_of,
 )
+from accel_kit.devices.power import EnergyMeter, EnergySource, EnergyWindow, UnavailableMeter
 from accel_kit.errors import ParameterError, UnavailableError
 
 # name -> "module:Class", imported on first use.
@@ -57,6 +58,7 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
-    "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
+    "EnergyMeter", "EnergySource", "EnergyWindow", "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
+    "UnavailableMeter",
     "dtype_of", "get_adapter", "require_adapter",
 ]

@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from accel_kit.devices.power import EnergyMeter, UnavailableMeter
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The lower precisions, in the order "auto" prefers them: bf16 trains without loss scaling.
@@ -173,8 +175,9 @@ class DeviceAdapter(Protocol):
     def set_tf32(self, enabled: bool) -> None:
         """Allow or forbid TF32 (or the device's reduced-precision fp32 matmul)."""
 
-    def power_reading(self) -> tuple[None, str]:
-        """Energy over the timed window: not read yet by any adapter; (None, why)."""
+    def energy_meter(self, index: int = 0) -> EnergyMeter:
+        """A meter of device ``index``'s energy over a timed window (``accel_kit.devices.power``); one that
+        returns None with the reason where the device exposes no reading."""
 
     def configure(self, options: dict[str, Any]) -> None:
         """Take the system YAML's ``options`` (vendor settings: a cluster address, a mode); reject unknown ones."""
@@ -295,8 +298,8 @@ class BaseAdapter:
     def set_tf32(self, enabled: bool) -> None:
         pass
 
-    def power_reading(self) -> tuple[None, str]:
-        return None, f"no power or energy reading is implemented for adapter {self.name!r}"
+    def energy_meter(self, index: int = 0) -> EnergyMeter:
+        return UnavailableMeter(f"adapter {self.name!r} reads no energy (it has no energy_meter of its own)")
 
     # --- The programming model: how a training point is built and stepped. The defaults are eager
     # PyTorch (DDP or DeepSpeed across ranks); a vendor whose model differs (a compiled graph, a

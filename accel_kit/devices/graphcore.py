@@ -100,6 +100,11 @@ class PopTorchAdapter(BaseAdapter):
         reasons = {"fp16": "fp16 native on the IPU's AMP units (fp16 or fp32 partials)", "fp32": "fp32 native"}
         return PrecisionSupport(precision, True, reasons[precision])
 
+    def energy_meter(self, index: int = 0):
+        from accel_kit.devices.power import UnavailableMeter
+
+        return UnavailableMeter("Graphcore's PopTorch exposes no energy or power counter for an IPU; the IPU-M2000's board power is read through the BMC/Redfish of the machine, outside a training process")
+
     def describe(self) -> DeviceDescription:
         import poptorch
 

@@ -133,6 +133,14 @@ class HabanaAdapter(BaseAdapter):
     def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
         return {"DS_ACCELERATOR": "hpu"}, {}
 
+    def energy_meter(self, index: int = 0):
+        # HLML numbers every Gaudi in the host; with HABANA_VISIBLE_MODULES set, the rank's device is
+        # the index-th module listed there, not the index-th card.
+        from accel_kit.devices.power import hlml_meter
+
+        visible = [int(m) for m in os.environ.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip().isdigit()]
+        return hlml_meter(visible[index] if index < len(visible) else index)
+
     def describe(self) -> DeviceDescription:
         from importlib import metadata
 

@@ -101,6 +101,11 @@ class SambaFlowAdapter(BaseAdapter):
     def precision_support(self, precision: str) -> PrecisionSupport:
         return PrecisionSupport(precision, True, "bf16 multiplies with fp32 accumulation on the RDU (docs/study.md)")
 
+    def energy_meter(self, index: int = 0):
+        from accel_kit.devices.power import UnavailableMeter
+
+        return UnavailableMeter("SambaFlow exposes no energy or power counter for an RDU to a training process; the SN30 node's power is read outside it (its management tools)")
+
     def describe(self) -> DeviceDescription:
         import sambaflow
 

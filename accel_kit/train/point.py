@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -80,6 +80,8 @@ class Point(BaseModel):
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on the point's process
     time_budget_s: float | None = Field(default=None, gt=0)
     peak: dict[str, Any] | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
+    # The work its records' energy figure counts per joule: "tokens" (tokens_per_j), "flops"; None: none.
+    ENERGY_WORK: ClassVar[str | None] = None
 
     @property
     def nodes(self) -> int:
@@ -119,6 +121,7 @@ class TrainPoint(Point, TrainSpec):
     """One training point, fully resolved; the worker runs exactly this."""
 
     kind: Literal["train"] = "train"
+    ENERGY_WORK: ClassVar[str | None] = "tokens"
     devices_per_node: PositiveInt = 1  # from the system: how the ranks spread over nodes
     micro_batch_size: PositiveInt
     seq_len: PositiveInt

@@ -28,7 +28,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from accel_kit import peaks, results
+from accel_kit import energy, peaks, results
 from accel_kit.train.launch import worker_command
 from accel_kit.train.point import Point
 
@@ -196,7 +196,9 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             study=study, system=point.system, status=result["status"], reason=result.get("reason"),
             device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
             params=extra_params | point.record_params() | {"point_key": key},
-            metrics=result.get("metrics", {}), times_s=result.get("times_s"),
+            # every record carries the energy fields: a point that measured none says why
+            metrics=energy.fill_missing(result.get("metrics", {}), point.ENERGY_WORK, result["status"],
+                                        result.get("reason")), times_s=result.get("times_s"),
             warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment(),
             traceback=result.get("traceback"))
         results.append_record(records_path, record)

@@ -54,6 +54,7 @@ def over_budget_before_start(point, adapter, flops: float) -> str | None:
 
 def measure_point(point, rank: int, world: int) -> dict:
     """Build, warm up and time a training point; returns {status, reason?, metrics, times_s, warmup_times_s, env}."""
+    from accel_kit import energy
     from accel_kit import flops as F
     from accel_kit import peaks, results
     from accel_kit.data import SyntheticBatches, open_batches
@@ -147,13 +148,15 @@ def measure_point(point, rank: int, world: int) -> dict:
                                    after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    meter = adapter.energy_meter(local_rank)  # opened now: its setup (a library, a driver handle) is not timed
     try:
         adapter.reset_peak_memory()
         with attention_context(point.attention_kernel):  # also covers checkpointed recomputation in backward
             # trainer.step() returns the loss as a float, which syncs the device; measure syncs around it too.
             timing = measure(lambda: losses.append(trainer.step()), adapter.synchronize,
                              warmup=point.warmup_steps, trials=point.steps, budget_s=point.time_budget_s,
-                             extra_iterations=point.dense_finetune_steps)
+                             extra_iterations=point.dense_finetune_steps, meter=meter)
             sparse_metrics = sparse.metrics()  # measured after the last step: the masks held
             finetune_losses: list[float] = []
             if point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
@@ -170,6 +173,7 @@ def measure_point(point, rank: int, world: int) -> dict:
     # The slowest rank sets the pace of a synchronous data-parallel step.
     from accel_kit.timing import Timing
 
+    window = _reduce_energy(timing.energy, adapter.collective_device(device), world, local_rank)
     times = _reduce_max(timing.times_s, adapter.collective_device(device), world)
     mem = int(_reduce_max([float(mem or 0)], adapter.collective_device(device), world)[0]) if mem is not None else None
     timing = Timing(times_s=times, warmup_times_s=timing.warmup_times_s)
@@ -191,8 +195,41 @@ def measure_point(point, rank: int, world: int) -> dict:
     }
     metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_call_per_device,
                               tokens_per_call_per_device, step_s, finetune_losses)
-    return out | {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": timing.warmup_times_s,
-                  "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
+    timed = {"times_s": times, "warmup_times_s": timing.warmup_times_s}
+    try:  # every device's energy over the timed steps, against every token they trained on
+        metrics |= energy.energy_fields(window, work="tokens", amount=tokens_per_call * point.steps)
+    except energy.ImplausibleEnergy as exc:
+        return out | timed | {"status": "error", "reason": f"implausible energy reading: {exc}",
+                              "metrics": metrics | energy.null_fields(str(exc), "tokens")}
+    return out | timed | {"status": "ok", "metrics": metrics, "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
+
+
+def _reduce_energy(window, device: torch.device, world: int, local_rank: int):
+    """The point's energy over all ranks: each device's counted once (a host's shared counter by its local rank 0)."""
+    if world == 1 or window is None:
+        return window
+    import dataclasses
+    import math
+
+    source = window.source
+    shared = source is not None and source.scope == "host"
+    counts = not (shared and local_rank != 0)  # a host counter is summed once per host
+    nan = float("nan")
+    mine = [window.energy_j if window.energy_j is not None else nan,
+            (source.rated_power_w or nan) if source is not None else nan]
+    t = torch.tensor(mine if counts else [0.0, 0.0], dtype=torch.float32, device=device)  # float32: Gaudi has no float64
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    total_j, rated_w = t.tolist()
+    window_s = _reduce_max([window.window_s], device, world)[0]
+    if source is not None:
+        where = "hosts" if shared else "ranks"
+        source = dataclasses.replace(source, counter=f"{source.counter}, summed over the point's {where}",
+                                     rated_power_w=None if math.isnan(rated_w) else rated_w)
+    if math.isnan(total_j):
+        reason = window.reason if window.energy_j is None else "another rank had no energy reading"
+        return dataclasses.replace(window, energy_j=None, window_s=window_s, source=source,
+                                   reason=reason or "a rank had no energy reading")
+    return dataclasses.replace(window, energy_j=total_j, window_s=window_s, source=source)
 
 
 def _share(total: int, devices: int) -> int | float:
