@@ -29,7 +29,8 @@ def chromium() -> str:
         pytest.skip("needs Debian's chromium; not root or no apt-get here to install it (apt-get install chromium)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     log = []
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         log.append(proc.stdout[-500:] + proc.stderr[-1000:])
         if proc.returncode:

@@ -27,7 +27,7 @@ from accel_kit.errors import AccelKitError, DataError, ParameterError
 ROOT = Path(__file__).resolve().parent.parent
 TWIN = "cpu-twin"
 TWIN_YAML = f"""id: {TWIN}
-description: "Test double: this host's CPU under a second system id, written by tests/test_report.py to check the cross-system report; not another machine"
+description: "Test double: this host's CPU under a second system id (tests/test_report.py); not another machine"
 adapter: cpu
 device_model: host CPU
 devices_per_node: 8
@@ -42,8 +42,8 @@ NO_SEQ = {k: v for k, v in TRAIN.items() if k != "seq_len"}
 # Seconds each; one point per worker process. 2**21 tokens cannot fit (unsupported before any
 # allocation), and 2**22 lies past that memory frontier (skipped without a worker).
 RUNS = {
-    "microbenchmark": dict(hidden_size=64, n_heads=4, seq_len=16, batch_sizes=[1], precisions=["fp32"], impls=["native"],
-                           warmup=1, trials=2, timeout_s=180),
+    "microbenchmark": dict(hidden_size=64, n_heads=4, seq_len=16, batch_sizes=[1], precisions=["fp32"],
+                           impls=["native"], warmup=1, trials=2, timeout_s=180),
     "scaling": dict(TRAIN, device_counts=[1, 2]),
     "seq_length": dict(NO_SEQ, seq_lens=[16, 2**21, 2**22]),
     "gas": dict({k: v for k, v in TRAIN.items() if k != "micro_batch_size"}, micro_batch_sizes=[1], gas_values=[1, 2]),
@@ -285,3 +285,16 @@ def test_notebook_declares_exactly_the_report_parameters():
     cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
     names = [t.id for node in ast.parse("".join(cell["source"])).body for t in node.targets]
     assert names == list(report.NOTEBOOK_NAMES)
+
+
+def test_energy_cells_show_the_reading_or_the_records_reason():
+    # Cell logic only, on hand-made metrics (this CPU exposes no energy counter to measure with).
+    from accel_kit.report import sections
+
+    cell = sections.energy()(None, None, {"record_id": "r1", "metrics": {"tokens_per_j": 1234.5, "energy_j": 2.0}})
+    assert cell.measured and cell.text == "1,234" and cell.records == ("r1",)
+    cell = sections.energy("flops")(None, None, {"record_id": "r2", "metrics": {
+        "flops_per_j": None, "energy_j": None, "energy_reason": "no RAPL counters (/sys/class/powercap absent)"}})
+    assert cell.status == "not measured" and cell.reason.startswith("no RAPL counters")
+    cell = sections.energy()(None, None, {"record_id": "r3", "metrics": {"tokens_per_s": 10.0}})
+    assert cell.status == "not measured" and "no energy fields" in cell.reason

@@ -45,6 +45,8 @@ def figure_html(div_id: str, fig) -> str:
     """A figure's div and script; plotly.js itself is in the page head, once."""
     import plotly.io as pio
 
+    # The page's width, not the notebook figure's fixed one (a wide legend is cut at a fixed width).
+    fig = fig.update_layout(width=None, autosize=True)
     return '<div class="figure">' + pio.to_html(
         fig, full_html=False, include_plotlyjs=False, div_id=div_id,
         config={"displaylogo": False, "responsive": True}) + "</div>"
