@@ -108,12 +108,13 @@ def page(ctx: Context, sections: list[Section], rendered: list[str], *, title: s
                 "tables": [t.id for s in sections for t in s.tables] + ["records-table"],
                 "figures": [div for s in sections for div, _ in s.figures],
                 "systems": ctx.systems, "records": len(recs.records)}
+    manifest_json = json.dumps(manifest).replace("</", "<\\/")  # a system id cannot close the script element
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{esc(title)}</title><style>{CSS}</style>"
         f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"
-        f'<script type="application/json" id="report-manifest">{json.dumps(manifest)}</script>'
+        f'<script type="application/json" id="report-manifest">{manifest_json}</script>'
         "</head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"meta\">Built {now} by accel-kit {esc(__version__)} from "
         f"{len(recs.records)} records of {len(ctx.systems)} system(s): {esc(', '.join(ctx.systems))}. "
