@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare_parser(sub)
 
+    from accel_kit.report.cli import add_report_parser
+
+    add_report_parser(sub)
+
     systems = sub.add_parser("systems", help="list systems and whether each is available here")
     systems.set_defaults(func=_cmd_systems)
     return parser
