@@ -25,6 +25,7 @@ ADAPTERS: dict[str, str] = {
     "cpu": "accel_kit.devices.cpu:CPUAdapter",
     "cuda": "accel_kit.devices.cuda:CUDAAdapter",
     "rocm": "accel_kit.devices.rocm:ROCmAdapter",
+    "cerebras": "accel_kit.devices.cerebras:CerebrasAdapter",
 }
 
 

@@ -58,6 +58,23 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
+def launch_shape(point) -> tuple[int, int, bool]:
+    """(worker processes, nodes, whether they form a torch.distributed group) that run ``point``.
+
+    One rank per device by default: ``point.ranks`` over ``point.nodes``, grouped when the point
+    needs one. A runtime that drives every device from one client process (the adapter's
+    ``worker_ranks``: Cerebras' num_csx) runs it in that many processes on one node, ungrouped.
+    """
+    from accel_kit.devices import get_adapter
+    from accel_kit.systems import load_system
+
+    system = load_system(point.system)
+    ranks = get_adapter(system.adapter, system.options).worker_ranks(point)
+    if ranks == point.ranks:
+        return point.ranks, point.nodes, point.needs_group
+    return ranks, 1, False
+
+
 def worker_command(launcher: str, devices: int, nodes: int, *,
                    force_group: bool = False) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
