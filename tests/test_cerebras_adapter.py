@@ -93,3 +93,24 @@ def test_no_cs2_figure_for_a_cpu_backend_run():
     assert desc.device_model.startswith("cstorch CPU backend on ") and desc.extra["cstorch_backend"] == "CPU"
     metrics = peaks.mfu_metrics(0.01, desc.device_model, "bf16", None)
     assert metrics["mfu_pct"] is None and "no datasheet peak" in metrics["mfu_reason"]
+
+
+def test_cs2_jobscript_is_a_user_node_script(tmp_path, capsys):
+    from accel_kit import cli
+
+    out = tmp_path / "job.sh"
+    assert cli.main(["jobscript", "scaling", "--system", "cs2", "--nodes", "2", "--walltime", "02:00:00",
+                     "--out", str(out), "-p", "device_counts", "[1, 2]"]) == 0
+    assert "run on the cluster's user node" in capsys.readouterr().out
+    text = out.read_text()
+    assert "#PBS" not in text and "#SBATCH" not in text and "mpiexec" not in text
+    assert "export ACCEL_KIT_CEREBRAS_NUM_CSX=2" in text and "ACCEL_KIT_CEREBRAS_JOB_TIME_SEC=7200" in text
+    assert "accel-kit run scaling --system cs2 --profile full -p launcher local -p max_nodes 1" in text
+    assert ".venv-cerebras/bin/activate" in text
+    assert subprocess.run(["bash", "-n", str(out)]).returncode == 0
+    # a batch scheduler's script would start a rank per CS-2: refused, in one line, before writing
+    with pytest.raises(SystemExit):
+        cli.main(["jobscript", "scaling", "--system", "cs2", "--nodes", "2", "--scheduler", "pbs",
+                  "--out", str(tmp_path / "pbs.sh")])
+    assert "runs job scripts with --scheduler appliance, not 'pbs'" in capsys.readouterr().err
+    assert not (tmp_path / "pbs.sh").exists()

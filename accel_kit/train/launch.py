@@ -134,7 +134,35 @@ accel-kit run {study} --system {system} --profile {profile} -p launcher srun -p 
 """
 
 
-SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
+APPLIANCE_TEMPLATE = """#!/bin/bash
+# accel-kit {study} on up to {nodes} CS-2 system(s) of {system}, a Cerebras Wafer-Scale Cluster run as an
+# appliance (cerebras-pytorch 2.x): no batch scheduler. Run this script on the cluster's user node, e.g.
+#   nohup bash {path} > {path}.log 2>&1 &
+# Each point is one client process there; the cluster's management server queues its compile and train
+# jobs and lends it the point's number of CS-2 systems (num_csx). Written for the documented cstorch launch,
+# not run by accel-kit's authors (no cluster was at hand).
+set -euo pipefail
+workdir={workdir}
+cd "$workdir"
+# The Cerebras environment of the checkout (make cerebras); its cerebras-pytorch must be the cluster's release.
+source {root}/.venv-cerebras/bin/activate
+# The cluster settings (accel_kit/devices/cerebras.py, CerebrasOptions; these override params/systems/{system}.yaml).
+export ACCEL_KIT_CEREBRAS_NUM_CSX={nodes}  # the most CS-2 systems a point may use
+export ACCEL_KIT_CEREBRAS_JOB_TIME_SEC={walltime_s}  # each appliance job's limit, queue time excluded
+# The input workers import accel_kit and read the prepared data: this checkout and the data's folder are
+# mounted by default; list others here (colon-separated).
+# export ACCEL_KIT_CEREBRAS_MOUNT_DIRS={root}:/path/to/data
+# export ACCEL_KIT_CEREBRAS_PYTHON_PATHS={root}
+# export ACCEL_KIT_CEREBRAS_MGMT_ADDRESS=<host:port>  # default: the user node's /opt/cerebras/config_v2
+# export ACCEL_KIT_CEREBRAS_COMPILE_ONLY=true  # compile every point, run none
+accel-kit run {study} --system {system} --profile {profile} -p launcher local -p max_nodes 1{extra}
+"""
+
+
+SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE, "appliance": APPLIANCE_TEMPLATE}
+# How the points of a job start their ranks, and how the script is started.
+SCHEDULER_LAUNCHER = {"pbs": "mpiexec", "slurm": "srun", "appliance": "local"}
+SUBMIT = {"pbs": "submit with qsub", "slurm": "submit with sbatch", "appliance": "run on the cluster's user node: bash"}
 # HH:MM:SS, the form both PBS (-l walltime) and Slurm (--time) accept; hours may pass 24.
 _WALLTIME = re.compile(r"(\d+):([0-5]\d):([0-5]\d)")
 
@@ -146,10 +174,11 @@ def _single_quoted(value: str) -> str:
 
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None) -> str:
-    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes.
+    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for a Cerebras cluster.
 
     Args:
-        scheduler: ``pbs`` or ``slurm``.
+        scheduler: ``pbs``, ``slurm``, or ``appliance`` (a Cerebras Wafer-Scale Cluster: run on its user
+            node, ``nodes`` CS-2 systems at most, ``walltime`` each appliance job's limit).
         study, system, profile: passed to ``accel-kit run`` inside the job.
         nodes: nodes to request (>= 1).
         devices_per_node: the system's devices per node (>= 1), for the Slurm task count.
@@ -172,6 +201,11 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
                              f"got {walltime!r}")
     extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
+    hours, minutes, seconds = map(int, match.groups())
+    from accel_kit.paths import project_root
+
+    root = project_root()
     return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
                                         profile=profile, walltime=walltime, path=path,
+                                        walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
                                         workdir=shlex.quote(os.getcwd()), extra=extra)
