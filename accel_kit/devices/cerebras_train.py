@@ -375,6 +375,12 @@ class CstorchTrainer:
             "optimizer": f"cstorch.optim.AdamW (eps {ADAMW_EPS:g})",
             "gas_in": "the traced step (GAS micro-batches unrolled)",
         } | self._rate
+        if self.backend_type == "CSX":
+            # The worker's host-side probes say nothing about a CS-2: the compiler lowers attention
+            # itself, and no eager matmul peak exists there (the adapter marks peak points unsupported).
+            out |= {"attention_kernel_ran": None, "attention_op": None,
+                    "attention_kernel_reason": "the CS-2 compiler lowers attention itself; the host probe does not apply",
+                    "mfu_measured_reason": "no measured matmul peak on a CS-2: every computation is a compiled step"}
         if timing is not None and self._rate:
             seconds = sum((list(timing.warmup_times_s) + list(timing.times_s))[1:])
             out["samples_per_s_same_window"] = self._rate["cstorch_total_samples"] / seconds if seconds else None

@@ -48,6 +48,18 @@ def test_short_training_point_loss_falls(text_data):
     assert m["cstorch_backend"] == "CPU" and m["cstorch_half_dtype"] == "bfloat16" and m["cstorch_mixed_precision"]
 
 
+def test_same_losses_as_the_eager_step_in_fp32(text_data):
+    """cstorch's compiled step (AdamW, schedule, clipping, GAS) trains as the eager step does: same
+    initial weights and batches, so the same first loss and nearly the same curve."""
+    fields = dict(precision="fp32", steps=5, gas=2, micro_batch_size=2, data="text", data_path=text_data)
+    eager = run_worker(TrainPoint(**(TINY | fields | {"system": "cpu"})), timeout_s=600)
+    cstorch_run = _train(**fields)
+    assert eager["status"] == cstorch_run["status"] == "ok", (eager.get("reason"), cstorch_run.get("reason"))
+    ours, theirs = cstorch_run["metrics"]["losses"], eager["metrics"]["losses"]
+    assert ours[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert ours == pytest.approx(theirs, rel=2e-3)
+
+
 def test_sparsity_point_masks_hold(text_data):
     result = _train(precision="fp32", steps=6, data="text", data_path=text_data, sparsity=0.75)
     assert result["status"] == "ok", result.get("reason")
