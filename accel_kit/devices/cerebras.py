@@ -4,8 +4,8 @@ One adapter for both, the same code path: only the cstorch backend differs. The 
 executes the Cerebras programming model on the host (it needs no Cerebras hardware), so it
 is what runs here and in CI; the CSX backend sends the same compiled step to a Wafer-Scale
 Cluster. The programming model replaces eager PyTorch (``accel_kit.devices.cerebras_train``):
-``cstorch.compile`` of the model, one ``@cstorch.trace`` training step (forward and backward
-over the GAS micro-batches, clipping, ``cstorch.optim.AdamW``), the loss read in a
+``cstorch.compile`` of the model, one ``@cstorch.trace`` training step (forward and backward,
+clipping, ``cstorch.optim.AdamW``), the loss read in a
 ``@cstorch.step_closure``, batches from ``cstorch.utils.data.DataLoader(input_fn)`` driven by a
 ``DataExecutor``, and weight sparsity through ``cstorch.sparse``.
 
@@ -64,13 +64,13 @@ class CerebrasOptions(BaseModel):
     python_paths: list[str] = []  # where the workers import accel_kit from (this checkout)
     compile_dir: str | None = None
     compile_only: bool = False  # compile the step on the cluster, run nothing (records say skipped, why)
-    validate_only: bool = False  # check the traced graph against the compiler, run nothing
+    validate_only: bool = False  # trace and validate the step, compile and run nothing (ran here without a cluster)
     job_time_sec: PositiveInt | None = None
     max_wgt_servers: PositiveInt | None = None
     max_act_per_csx: PositiveInt | None = None
     num_workers_per_csx: PositiveInt | None = None
-    # The compiler's own gradient accumulation (cstorch.backends.csx.performance.micro_batch_size):
-    # None keeps the point's micro-batch as traced (its GAS loop is in the step); "auto" lets the
+    # The CS-2 compiler's micro-batch (cstorch.backends.csx.performance.micro_batch_size), over which it
+    # accumulates gradients: None is the point's micro_batch_size (its GAS as asked); "auto" lets the
     # compiler choose, as the paper's CS-2 runs did ("GAS chosen by the software").
     compiler_micro_batch_size: None | Literal["auto", "explore"] | PositiveInt = None
 

@@ -6,8 +6,9 @@ it imports cerebras-pytorch at module level.
 - ``open_backend``: the process's one cstorch backend (a second ``cstorch.backend(...)`` raises,
   so an existing one is reused), CPU or CSX with its ``ClusterConfig``.
 - ``CstorchTrainer``: a training point as Cerebras writes one. The model is
-  ``cstorch.compile``-d; one ``@cstorch.trace`` step runs forward and backward over the GAS
-  micro-batches (a Python loop, unrolled in the trace), clips the gradient norm and steps
+  ``cstorch.compile``-d; one ``@cstorch.trace`` step runs forward and backward (over the GAS
+  micro-batches, unrolled in the trace, on the CPU backend; on CSX the compiler accumulates),
+  clips the gradient norm and steps
   ``cstorch.optim.AdamW`` and its schedulers; the loss is read in a ``@cstorch.step_closure``;
   batches come from ``cstorch.utils.data.DataLoader(point_input_fn, ...)`` through a
   ``DataExecutor``, whose profiler's rate tracker gives cstorch's own samples/s.
@@ -24,7 +25,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -68,6 +71,11 @@ def open_backend(options: CerebrasOptions, point: Any):
         atexit.register(shutil.rmtree, artifact_dir, ignore_errors=True)
     if options.backend == "CPU":
         return cstorch.backend("CPU", artifact_dir=artifact_dir)
+    # cstorch lowers the traced step with a tool installed next to this Python (torch-cirh-opt), which it
+    # finds on PATH: a run started as .venv-cerebras/bin/accel-kit, without activating the venv, has it too.
+    tools = str(Path(sys.executable).parent)
+    if shutil.which("torch-cirh-opt") is None and (Path(tools) / "torch-cirh-opt").exists():
+        os.environ["PATH"] = tools + os.pathsep + os.environ.get("PATH", "")
     from accel_kit.paths import project_root
 
     root = str(project_root())
@@ -80,13 +88,27 @@ def open_backend(options: CerebrasOptions, point: Any):
     # read the prepared data, so both are mounted unless the options say otherwise.
     cluster |= {"num_csx": getattr(point, "devices", 1), "mount_dirs": options.mount_dirs or [root, *data],
                 "python_paths": options.python_paths or [root]}
-    cstorch.backends.csx.performance.micro_batch_size = options.compiler_micro_batch_size
+    cstorch.backends.csx.performance.micro_batch_size = compiler_micro_batch(options, point)
     kwargs = {"artifact_dir": artifact_dir, "compile_only": options.compile_only,
               "validate_only": options.validate_only,
               "cluster_config": cstorch.distributed.ClusterConfig(**cluster)}
     if options.compile_dir:
         kwargs["compile_dir"] = options.compile_dir
     return cstorch.backend("CSX", **kwargs)
+
+
+def compiler_micro_batch(options: CerebrasOptions, point: Any):
+    """The CS-2 compiler's micro-batch (``cstorch.backends.csx.performance.micro_batch_size``).
+
+    On CSX, gradient accumulation is the compiler's: the traced step takes the whole step's batch
+    and the compiler splits it into micro-batches. By default those are the point's
+    ``micro_batch_size`` (its GAS as asked); ``compiler_micro_batch_size`` (``auto``: the compiler
+    chooses, as in the paper's runs) overrides it. A point without a micro-batch (a block) gets None:
+    no accumulation.
+    """
+    if options.compiler_micro_batch_size is not None:
+        return options.compiler_micro_batch_size
+    return getattr(point, "micro_batch_size", None)
 
 
 def set_precision(precision: str) -> None:
@@ -137,7 +159,8 @@ class CstorchSparsity:
     """Weight sparsity through ``cstorch.sparse``: Static, magnitude (``topk``) masks on every block linear.
 
     The same layers and the same rule as ``accel_kit.sparsity.WeightSparsity`` (the fraction of
-    each block linear's weights with the smallest magnitude is pruned), but kept by cstorch:
+    each block linear's weights with the smallest magnitude is pruned; cstorch keeps
+    floor((1 - s) n) weights where accel-kit keeps n - round(s n), at most one fewer), but kept by cstorch:
     it prunes the weights before each forward, the gradients in a hook and AdamW's state in
     an optimizer hook, and on a CS-2 the compiler is told the sparsity level. ``attach`` (in
     the trainer, after ``cstorch.compile`` and the optimizer, as cstorch requires) applies it.
@@ -294,9 +317,17 @@ class CstorchTrainer:
         self.scaler = cstorch.amp.GradScaler(loss_scale="dynamic") if point.precision == "fp16" else None
         self.losses: list[float] = []
         self.step_count = 0
-        # The micro-batches of one step: GAS of them, each of micro_batch_size rows per CS-2.
-        rows = point.micro_batch_size * point.devices
-        gas, precision, clip = point.gas, point.precision, cfg.grad_clip
+        # Gradient accumulation. On the CPU backend the traced step runs the GAS micro-batches itself
+        # (a Python loop, unrolled in the trace: real accumulation on the host). On CSX the step takes
+        # the whole batch and the compiler accumulates over micro-batches (compiler_micro_batch: the
+        # point's, by default), as Cerebras code does; an unrolled loop there would also prune each
+        # sparse weight once per forward, which the CSX lowering rejects.
+        unrolled = self.backend_type == "CPU"
+        gas = point.gas if unrolled else 1
+        rows = point.micro_batch_size * point.devices * (1 if unrolled else point.gas)
+        self.gas_in = ("the traced step (GAS micro-batches unrolled)" if unrolled else
+                       f"the CS-2 compiler (micro_batch_size {compiler_micro_batch(options, point)!r})")
+        precision, clip = point.precision, cfg.grad_clip
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
 
         @cstorch.trace
@@ -331,7 +362,8 @@ class CstorchTrainer:
         self._rate: dict[str, Any] = {}
         self._times_s: list[float] = []
         vocab = model.cfg.vocab_size
-        dataloader = cstorch.utils.data.DataLoader(point_input_fn, point.model_dump(), vocab, gas * point.devices)
+        dataloader = cstorch.utils.data.DataLoader(point_input_fn, point.model_dump(), vocab,
+                                                   point.gas * point.devices)
         self.executor = _Executor(dataloader, point.warmup_steps + point.steps + point.dense_finetune_steps)
         self.executor.record = record
 
@@ -342,9 +374,11 @@ class CstorchTrainer:
         self.executor.step(self._train_step)
         self.step_count += 1
         if self.options.compile_only or self.options.validate_only:
-            mode = "compile_only" if self.options.compile_only else "validate_only"
-            raise NotMeasured("skipped", f"{mode}: the step was {'compiled' if mode == 'compile_only' else 'validated'}"
-                                         f" on the cluster and not run, so nothing was measured "
+            # cstorch runs one step in these modes: the trace, lowered and compiled (compile_only, on the
+            # cluster) or validated (validate_only); nothing executes, so there is nothing to measure.
+            what = ("compile_only: the step was traced and compiled, not run" if self.options.compile_only
+                    else "validate_only: the step was traced and validated, not compiled or run")
+            raise NotMeasured("skipped", f"{what}, so nothing was measured "
                                          f"(artifacts: {cstorch.backend().artifact_dir})")
         if len(self.losses) != before + 1:
             raise RuntimeError(f"the step closure gave {len(self.losses) - before} losses for one step")
@@ -373,7 +407,7 @@ class CstorchTrainer:
             "cstorch_mixed_precision": self.point.precision != "fp32",
             "cstorch_half_dtype": cstorch.amp.get_half_dtype_str() if self.point.precision != "fp32" else None,
             "optimizer": f"cstorch.optim.AdamW (eps {ADAMW_EPS:g})",
-            "gas_in": "the traced step (GAS micro-batches unrolled)",
+            "gas_in": self.gas_in,
         } | self._rate
         if self.backend_type == "CSX":
             # The worker's host-side probes say nothing about a CS-2: the compiler lowers attention
@@ -407,7 +441,7 @@ class BlockStep:
 
         @cstorch.trace
         def block_step(batch):
-            inp, g = batch
+            inp = batch[0]
             if not backward:
                 with torch.no_grad():
                     out = self.compiled(inp)
@@ -417,7 +451,7 @@ class BlockStep:
                 p.grad = None
             out = self.compiled(inp)
             out = out[0] if isinstance(out, tuple) else out
-            out.backward(g)
+            out.backward(batch[1])
             return sum(p.grad.float().sum() for p in params)
 
         @cstorch.step_closure
@@ -425,7 +459,8 @@ class BlockStep:
             self.values.append(float(value.item()))
 
         self._step = block_step
-        items = (x.detach(), grad_out if backward else torch.zeros(()))
+        # Batch tensors only: cstorch infers the batch size from every tensor of a batch.
+        items = (x.detach(), grad_out) if backward else (x.detach(),)
         dataloader = cstorch.utils.data.DataLoader(_repeat_input_fn, items)
         self.executor = _Executor(dataloader, point.warmup + point.trials)
         self.executor.record = record

@@ -156,3 +156,16 @@ def test_backend_reused_and_masks_are_magnitude_masks():
         # cstorch keeps nothing accel-kit prunes, and at most one weight fewer
         assert not (mask & ~initial[name]).any(), name
         assert 0 <= int(initial[name].sum()) - int(mask.sum()) <= 1, name
+
+
+def test_csx_step_is_traced_and_validated_without_a_cluster(monkeypatch):
+    """Backend CSX in validate_only mode: the training step (bf16, GAS 2, sparsity) is traced, lowered and
+    validated here, and the point is recorded as skipped, saying nothing was run. (No CS-2 is reached:
+    the address is never contacted in this mode.)"""
+    monkeypatch.setenv("ACCEL_KIT_CEREBRAS_VALIDATE_ONLY", "true")
+    monkeypatch.setenv("ACCEL_KIT_CEREBRAS_MGMT_ADDRESS", "127.0.0.1:1")
+    result = run_worker(TrainPoint(**(TINY | {"system": "cs2", "precision": "bf16", "gas": 2, "steps": 2,
+                                              "sparsity": 0.9})), timeout_s=600)
+    assert result["status"] == "skipped", result.get("traceback") or result.get("reason")
+    assert result["reason"].startswith("validate_only: the step was traced and validated, not compiled or run")
+    assert result["env"]["device"]["cstorch_backend"] == "CSX"
