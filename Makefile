@@ -13,7 +13,7 @@ STUDY_NOTEBOOKS := $(filter-out notebooks/report.ipynb,$(NOTEBOOKS))
 CONSTRAINTS ?= constraints-cpu.txt
 PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
 
-.PHONY: install run test lab strip-notebooks clean-outputs
+.PHONY: install run test lab strip-notebooks clean-outputs cerebras test-cerebras
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,42 @@ run: install
 	@echo "report: $(OUTPUTS)/report.html (opens offline; accel-kit report A/outputs B/outputs merges machines)"
 
 # Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
-# (make run runs the quick one); results go to a scratch folder.
+# (make run runs the quick one); results go to a scratch folder. Then the Cerebras tests (test-cerebras),
+# whose environment is built meanwhile (mostly a download: it overlaps the tests instead of adding to
+# them); CEREBRAS=0 leaves both out.
+CEREBRAS ?= 1
 test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
-	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+	if [ "$(CEREBRAS)" != 0 ]; then $(MAKE) --no-print-directory cerebras > $$scratch/cerebras.log 2>&1 & fi; \
+	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks \
+	  --nbval-lax -p no:cacheprovider; status=$$?; \
+	if [ "$(CEREBRAS)" != 0 ]; then \
+	  wait $$! || { echo "make cerebras failed:"; cat $$scratch/cerebras.log; exit 1; }; \
+	  [ $$status = 0 ] || exit $$status; \
+	  $(MAKE) --no-print-directory test-cerebras || exit $$?; \
+	fi; exit $$status
+
+# The Cerebras environment: cerebras-pytorch (which pins torch 2.4, hence a venv of its own) and accel-kit,
+# editable, resolved together so nothing changes torch; and a Jupyter kernel for it, which JupyterLab
+# (make lab) offers as "accel-kit (Cerebras cstorch)".
+CEREBRAS_VENV ?= .venv-cerebras
+CEREBRAS_BIN  := $(CEREBRAS_VENV)/bin
+CEREBRAS_KERNEL ?= accel-kit-cerebras
+
+$(CEREBRAS_BIN)/python:
+	$(PYTHON) -m venv $(CEREBRAS_VENV)
+
+$(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/python
+	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
+	$(CEREBRAS_BIN)/python -m ipykernel install --user --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
+	touch $@
+
+cerebras: $(CEREBRAS_VENV)/.installed
+
+# The Cerebras tests (tests/cerebras/, skipped by the main venv) with the Cerebras environment's Python.
+test-cerebras: cerebras
+	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
+	ACCEL_KIT_OUTPUT_DIR=$$scratch $(CEREBRAS_BIN)/python -m pytest tests/cerebras -p no:cacheprovider
 
 # JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
 # --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.

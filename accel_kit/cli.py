@@ -62,7 +62,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.atomic import atomic_path
     from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system
-    from accel_kit.train.launch import SCHEDULER_LAUNCHER, render_jobscript
+    from accel_kit.train.launch import SCHEDULER_LAUNCHER, SUBMIT, render_jobscript
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
     if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
@@ -70,26 +70,31 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
         raise AccelKitError(f"study {args.study!r} runs in one process on one device; job scripts are for "
                             f"{', '.join(multi)}")
     system = load_system(args.system)
+    scheduler = args.scheduler or system.schedulers[0]
+    if scheduler not in system.schedulers:
+        raise AccelKitError(f"system {system.id!r} runs job scripts with --scheduler {' or '.join(system.schedulers)}, "
+                            f"not {scheduler!r}")
     # The system's own launch (a vendor launcher, its SDK's environment), else the scheduler's.
     adapter = get_adapter(system.adapter, system.options)
-    launch = adapter.job_launch(args.scheduler)
-    launcher = launch.launcher or SCHEDULER_LAUNCHER[args.scheduler]
+    launch = adapter.job_launch(scheduler)
+    launcher = launch.launcher or SCHEDULER_LAUNCHER[scheduler]
     overrides = [*launch.params, *((n, v) for n, v in args.param or [])]
-    path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{args.scheduler}.sh")
-    text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
+    path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
+    text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
                             directives=launch.directives,
                             tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
-    studies.resolve(args.study, args.profile, launcher=launcher, max_nodes=args.nodes,
+    studies.resolve(args.study, args.profile, launcher=launcher,
+                    max_nodes=1 if launcher == "local" else args.nodes,
                     **dict(_parse_override(p) for p in overrides))
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)
     print(f"wrote {path}: {args.nodes} node(s) x {system.devices_per_node} devices of {system.id}; "
-          f"submit with {'qsub' if args.scheduler == 'pbs' else 'sbatch'} {path}")
+          f"{SUBMIT[scheduler]} {path}")
     return 0
 
 
@@ -122,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("study")
     job.add_argument("--system", required=True)
     job.add_argument("--nodes", type=int, required=True, help="nodes to request (at least 1)")
-    job.add_argument("--scheduler", choices=["pbs", "slurm"], default="pbs")
+    job.add_argument("--scheduler", choices=["pbs", "slurm", "appliance"], default=None,
+                     help="pbs, slurm, or appliance (a Cerebras cluster); default: the system's first")
     job.add_argument("--profile", default="full")
     job.add_argument("--walltime", default="01:00:00", help="HH:MM:SS (default: 01:00:00)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 
 from accel_kit.devices import DeviceAdapter, require_adapter
 from accel_kit.errors import ParameterError
@@ -28,6 +28,9 @@ class System(BaseModel):
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
     seq_len: PositiveInt = 1024
     options: dict[str, Any] = {}  # the adapter's own settings (its ``configure`` validates them)
+    # How `accel-kit jobscript` runs studies on it, the default first: batch schedulers, or a Cerebras
+    # cluster's appliance (launch.SCHEDULERS).
+    schedulers: list[Literal["pbs", "slurm", "appliance"]] = Field(default=["pbs", "slurm"], min_length=1)
 
     def adapter_instance(self) -> DeviceAdapter:
         """The device adapter, or an UnavailableError naming this system and why."""

@@ -113,6 +113,7 @@ def test_unavailable_system_one_line():
 def test_import_never_loads_vendor_sdks():
     code = ("import sys, accel_kit, accel_kit.devices, accel_kit.studies;"
             "accel_kit.devices.get_adapter('cpu');"
+            "c = accel_kit.devices.get_adapter('cerebras', {'backend': 'CPU'}); c.availability(); c.describe();"
             "bad = [m for m in ('poptorch', 'habana_frameworks', 'cerebras', 'sambaflow', 'deepspeed',"
             "                   'zeus', 'pynvml', 'pyhlml', 'amdsmi') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")

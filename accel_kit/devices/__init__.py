@@ -31,6 +31,7 @@ ADAPTERS: dict[str, str] = {
     "habana": "accel_kit.devices.habana:HabanaAdapter",
     "poptorch": "accel_kit.devices.graphcore:PopTorchAdapter",
     "sambaflow": "accel_kit.devices.sambanova:SambaFlowAdapter",
+    "cerebras": "accel_kit.devices.cerebras:CerebrasAdapter",
 }
 
 

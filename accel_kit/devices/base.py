@@ -204,6 +204,14 @@ class DeviceAdapter(Protocol):
     def job_launch(self, scheduler: str) -> JobLaunch:
         """What a job script for this device needs (launcher, environment, scheduler lines)."""
 
+    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+        """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
+        ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
+
+    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+        """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
+        (``grad_out`` given)."""
+
 
 class BaseAdapter:
     """Defaults for a torch device; subclasses override what their device does differently."""
@@ -303,7 +311,9 @@ class BaseAdapter:
 
     # --- The programming model: how a training point is built and stepped. The defaults are eager
     # PyTorch (DDP or DeepSpeed across ranks); a vendor whose model differs (a compiled graph, a
-    # session per step, a host-driven device loop) overrides these three and nothing else changes.
+    # session per step, a host-driven device loop) overrides these and nothing else changes.
+    # The worker calls them in order on one adapter instance per point: prepare_model,
+    # make_sparsity, make_trainer (so an adapter may hand state from one to the next).
 
     def configure(self, options: dict[str, Any]) -> None:
         if options:
@@ -349,3 +359,26 @@ class BaseAdapter:
 
     def job_launch(self, scheduler: str) -> JobLaunch:
         return JobLaunch()
+
+    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+        from accel_kit.sparsity import WeightSparsity
+
+        # Magnitude pruning with masks re-applied after each step (the trainer's after_step), and the
+        # execution path: a sparse kernel where this device has one that beats dense.
+        sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
+        sparse.select_kernels(point.sparse_kernels, self, point.precision, point.micro_batch_size * point.seq_len)
+        return sparse
+
+    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+        if grad_out is None:
+            def step():
+                with torch.no_grad():
+                    module(x)
+        else:
+            def step():
+                module.zero_grad(set_to_none=True)
+                x.grad = None
+                out = module(x)
+                # transformers 4.x returns a tuple from GPT2Block, 5.x a tensor.
+                (out[0] if isinstance(out, tuple) else out).backward(grad_out)
+        return step

@@ -2,6 +2,8 @@
 
 Sources:
 - GPT-2 (Radford et al. 2019, Table 2; shapes as released): small 12/12/768 ... XL 48/25/1600.
+  gpt2-xl-16h: the same model with 16 heads of 100, as the Cerebras ModelZoo's gpt2_xl config
+  has it (its CS-2 runs); parameters and FLOPs are those of gpt2-xl.
 - GPT-3 (Brown et al. 2020, Table 2.1): XL 24 layers, d 2048 (its 24 heads of 128 do not
   tile 2048; we use 16 heads of 128, as Cerebras-GPT 1.3B and the paper's CS-2 GPT-3 XL do);
   6.7B 32/32/4096;
@@ -32,6 +34,7 @@ PRESETS: dict[str, GPTConfig] = {
     "gpt2-medium": GPTConfig(24, 16, 1024, GPT2_VOCAB, 1024),
     "gpt2-large": GPTConfig(36, 20, 1280, GPT2_VOCAB, 1024),
     "gpt2-xl": GPTConfig(48, 25, 1600, GPT2_VOCAB, 1024),
+    "gpt2-xl-16h": GPTConfig(48, 16, 1600, GPT2_VOCAB, 1024),  # the Cerebras ModelZoo's GPT-2 XL
     "gpt3-xl": GPTConfig(24, 16, 2048, GPT2_VOCAB, 2048),
     "gpt3-6.7b": GPTConfig(32, 32, 4096, GPT2_VOCAB, 2048),
     "gpt3-13b": GPTConfig(40, 40, 5120, GPT2_VOCAB, 2048),

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-ExecutionKind = Literal["dense-model", "dense-zeros", "csr", "2:4"]
+ExecutionKind = Literal["dense-model", "dense-zeros", "csr", "2:4", "csx"]
 EXECUTION_KINDS: tuple[str, ...] = get_args(ExecutionKind)
 # The kinds in which the pruned layers (some of them at least) run a sparse kernel.
-KERNEL_KINDS: tuple[str, ...] = ("csr", "2:4")
+KERNEL_KINDS: tuple[str, ...] = ("csr", "2:4", "csx")
 
 NO_SPARSITY = "dense (no sparsity)"
 DENSE_FALLBACK = "dense (zeros in dense matmul)"
@@ -22,6 +22,7 @@ EXECUTION_LABELS: dict[str, str] = {
     "dense-zeros": "zeros in dense matmul",
     "csr": "CSR sparse matmul",
     "2:4": "2:4 sparse tensor cores",
+    "csx": "zeros skipped by the CS-2",  # cstorch.sparse on a Cerebras cluster (accel_kit.devices.cerebras_train)
 }
 
 
@@ -31,7 +32,8 @@ class SparseExecution:
 
     Attributes:
         kind: ``dense-model`` (nothing pruned), ``dense-zeros`` (pruned, zeros multiplied in a
-            dense matmul), ``csr`` or ``2:4`` (a sparse kernel on some or all pruned layers).
+            dense matmul), ``csr`` or ``2:4`` (a sparse kernel on some or all pruned layers), ``csx``
+            (a Cerebras CS-2, whose hardware skips the zero weights).
         detail: for ``dense-zeros`` why no sparse kernel runs; for ``csr`` / ``2:4`` which layers
             run it and how (e.g. ``every pruned layer``); empty for ``dense-model``.
         kernel: for ``csr`` / ``2:4``, the kernel's name, with the library behind it when known.

@@ -104,11 +104,6 @@ def build_block(impl: str, cfg: BlockConfig, seq_len: int) -> torch.nn.Module:
     return GPT2Block(hf_cfg, layer_idx=0)
 
 
-def _first(out):
-    # transformers 4.x returns a tuple from GPT2Block, 5.x a tensor.
-    return out[0] if isinstance(out, tuple) else out
-
-
 def resolve_precisions(params: Params, system: System) -> list:
     """The precisions to sweep, each resolved by the adapter (with the reason recorded)."""
     adapter = system.adapter_instance()
@@ -178,18 +173,8 @@ def measure_block(point: BlockPoint) -> dict:
         module = torch.compile(module)
     x = torch.randn(batch, point.seq_len, cfg.hidden_size, device=device, dtype=dtype,
                     requires_grad=direction == "forward_backward")
-    if direction == "forward":
-        def step():
-            with torch.no_grad():
-                _first(module(x))
-    else:
-        grad_out = torch.randn_like(x)
-
-        def step():
-            module.zero_grad(set_to_none=True)
-            x.grad = None
-            _first(module(x)).backward(grad_out)
-
+    # One iteration as the device's programming model runs it (eager PyTorch by default).
+    step = adapter.make_block_step(point, module, x, torch.randn_like(x) if direction == "forward_backward" else None)
     meter = adapter.energy_meter(0)  # the device prepare() selected; opened before the clock runs
     adapter.reset_peak_memory()
     try:

@@ -59,6 +59,16 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
+def launch_shape(point) -> tuple[int, int, bool]:
+    """(worker processes, nodes, whether they form a torch.distributed group) that run ``point``.
+
+    One rank per device by default; the adapter's ``layout`` (filled into the point's
+    ``processes``) says otherwise: one client process for every CS-2 of a Cerebras point or
+    every IPU of a pipeline, two per SN30 RDU.
+    """
+    return point.ranks, point.nodes, point.needs_group
+
+
 def worker_command(launcher: str, devices: int, nodes: int, *,
                    force_group: bool = False) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
@@ -122,9 +132,35 @@ accel-kit run {study} --system {system} --profile {profile} -p launcher {launche
 """
 
 
-SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
-# The launcher a scheduler's script uses unless the system's adapter names another (``JobLaunch``).
-SCHEDULER_LAUNCHER = {"pbs": "mpiexec", "slurm": "srun"}
+APPLIANCE_TEMPLATE = """#!/bin/bash
+# accel-kit {study} on up to {nodes} CS-2 system(s) of {system}, a Cerebras Wafer-Scale Cluster run as an
+# appliance (cerebras-pytorch 2.x): no batch scheduler. Run this script on the cluster's user node, e.g.
+#   nohup bash {path} > {path}.log 2>&1 &
+# Each point is one client process there; the cluster's management server queues its compile and train
+# jobs and lends it the point's number of CS-2 systems (num_csx). Written for the documented cstorch launch,
+# not run by accel-kit's authors (no cluster was at hand).
+set -euo pipefail
+workdir={workdir}
+cd "$workdir"
+# The Cerebras environment of the checkout (make cerebras); its cerebras-pytorch must be the cluster's release.
+source {root}/.venv-cerebras/bin/activate
+# The cluster settings (accel_kit/devices/cerebras.py, CerebrasOptions; these override params/systems/{system}.yaml).
+export ACCEL_KIT_CEREBRAS_NUM_CSX={nodes}  # the most CS-2 systems a point may use
+export ACCEL_KIT_CEREBRAS_JOB_TIME_SEC={walltime_s}  # each appliance job's limit, queue time excluded
+# The input workers import accel_kit and read the prepared data: this checkout and the data's folder are
+# mounted by default; list others here (colon-separated).
+# export ACCEL_KIT_CEREBRAS_MOUNT_DIRS={root}:/path/to/data
+# export ACCEL_KIT_CEREBRAS_PYTHON_PATHS={root}
+# export ACCEL_KIT_CEREBRAS_MGMT_ADDRESS=<host:port>  # default: the user node's /opt/cerebras/config_v2
+# export ACCEL_KIT_CEREBRAS_COMPILE_ONLY=true  # compile every point, run none
+accel-kit run {study} --system {system} --profile {profile} -p launcher local -p max_nodes 1{extra}
+"""
+
+
+SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE, "appliance": APPLIANCE_TEMPLATE}
+# How the points of a job start their ranks, and how the script is started.
+SCHEDULER_LAUNCHER = {"pbs": "mpiexec", "slurm": "srun", "appliance": "local"}
+SUBMIT = {"pbs": "submit with qsub", "slurm": "submit with sbatch", "appliance": "run on the cluster's user node: bash"}
 # HH:MM:SS, the form both PBS (-l walltime) and Slurm (--time) accept; hours may pass 24.
 _WALLTIME = re.compile(r"(\d+):([0-5]\d):([0-5]\d)")
 
@@ -138,10 +174,11 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
                      directives: tuple[str, ...] = (), tasks_per_node: int | None = None) -> str:
-    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes.
+    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for a Cerebras cluster.
 
     Args:
-        scheduler: ``pbs`` or ``slurm``.
+        scheduler: ``pbs``, ``slurm``, or ``appliance`` (a Cerebras Wafer-Scale Cluster: run on its user
+            node, ``nodes`` CS-2 systems at most, ``walltime`` each appliance job's limit).
         study, system, profile: passed to ``accel-kit run`` inside the job.
         nodes: nodes to request (>= 1).
         devices_per_node: the system's devices per node (>= 1), for the Slurm task count.
@@ -171,9 +208,14 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     if launcher not in LAUNCHERS:
         raise ParameterError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
+    hours, minutes, seconds = map(int, match.groups())
+    from accel_kit.paths import project_root
+
+    root = project_root()
     return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
                                         profile=profile, walltime=walltime, path=path, launcher=launcher,
                                         tasks_per_node=tasks_per_node or devices_per_node,
+                                        walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
                                         workdir=shlex.quote(os.getcwd()), extra=extra,
                                         setup="".join(f"\n{line}" for line in setup),
                                         directives="".join(f"\n{line}" for line in directives))

@@ -134,6 +134,8 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def nodes(self) -> int:
+        if self.processes == 1:  # one client process drives every device (an IPU pipeline, a Cerebras cluster)
+            return 1
         return -(-self.devices // self.devices_per_node)
 
     @property

@@ -30,6 +30,14 @@ class NonFiniteLoss(RuntimeError):
         self.step = step
 
 
+class NotMeasured(RuntimeError):
+    """The point ran as asked but produced no measurement (e.g. a compile-only run); recorded with its status."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
 @dataclass(frozen=True)
 class OptimConfig:
     """AdamW and schedule settings; a training point's come from ``optim_for_point``."""

@@ -29,7 +29,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
-from accel_kit.train.launch import worker_command
+from accel_kit.train.launch import launch_shape, worker_command
 from accel_kit.train.point import Point
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
@@ -72,13 +72,13 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
                cpu_threads: int | None = None) -> dict:
     """Run one point in a fresh process group; returns the worker's result or a failure result."""
-    if point.nodes > max_nodes:
+    ranks, nodes, group = launch_shape(point)
+    if nodes > max_nodes:
         return {"status": "unsupported", "metrics": {},
-                "reason": f"{point.ranks} devices need {point.nodes} nodes; this run may use {max_nodes} "
+                "reason": f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "
                           "(write a job script with `accel-kit jobscript`)"}
     try:
-        cmd, extra_env = worker_command(launcher, point.ranks, point.nodes,
-                                        force_group=launcher == "local" and point.needs_group)
+        cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group)
     except ValueError as exc:
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
     cmd = _adapter_of(point.system).launch_prefix(point, launcher) + cmd  # a vendor's own process launcher

@@ -57,14 +57,13 @@ def measure_point(point, rank: int, world: int) -> dict:
     from accel_kit import energy
     from accel_kit import flops as F
     from accel_kit import peaks, results
-    from accel_kit.data import SyntheticBatches, open_batches
     from accel_kit.devices import dtype_of
     from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
-    from accel_kit.sparsity import WeightSparsity, record_metrics
+    from accel_kit.sparsity import record_metrics
     from accel_kit.systems import load_system
     from accel_kit.timing import OverBudget, measure
     from accel_kit.train.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
-    from accel_kit.train.step import NonFiniteLoss
+    from accel_kit.train.step import NonFiniteLoss, NotMeasured
 
     adapter = load_system(point.system).adapter_instance()
     device = adapter.prepare(int(os.environ.get("LOCAL_RANK", 0)))
@@ -89,7 +88,11 @@ def measure_point(point, rank: int, world: int) -> dict:
     tokens_per_call = samples_per_call * point.seq_len
     tokens_per_call_per_device = _share(tokens_per_call, point.devices)
     flops_per_call_per_device = _share(flops_per_token * tokens_per_call, point.devices)
-    base = {"n_params": n_params, "flops": flops_per_call_per_device, "flops_per_token": flops_per_token,
+    # The shape that ran: presets of one name may differ between vendors (GPT-2 XL: 25 heads here and in
+    # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
+    base = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "hidden_size": cfg.hidden_size,
+            "vocab_size_model": cfg.padded_vocab_size,
+            "n_params": n_params, "flops": flops_per_call_per_device, "flops_per_token": flops_per_token,
             "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
             "tokens_per_step": point.global_batch_size * point.seq_len}
     out = {"metrics": base, "env": env, "model": point.preset}
@@ -137,13 +140,9 @@ def measure_point(point, rank: int, world: int) -> dict:
     torch.manual_seed(point.seed)
     model = adapter.prepare_model(build_model(point.preset, activation_checkpointing=point.activation_checkpointing,
                                               **overrides), point, device)
-    # Weight sparsity: prune, keep the masks (re-applied after every step), pick the execution path.
-    sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
-    sparse.select_kernels(point.sparse_kernels, adapter, point.precision, point.micro_batch_size * point.seq_len)
-    if point.data == "synthetic":
-        batches = SyntheticBatches(cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
-    else:
-        batches = open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
+    # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
+    sparse = adapter.make_sparsity(model, point, device)
+    batches = point_batches(point, cfg.vocab_size, rank)
     trainer = adapter.make_trainer(point, model, batches, device, world,
                                    after_step=sparse.apply_masks if sparse.active else None)
 
@@ -166,6 +165,8 @@ def measure_point(point, rank: int, world: int) -> dict:
         mem = adapter.peak_memory_bytes()
     except NonFiniteLoss as exc:
         return out | {"status": "error", "reason": str(exc), "metrics": base | {"nonfinite_step": exc.step}}
+    except NotMeasured as exc:  # ran as asked (e.g. compile only) but measured nothing
+        return out | {"status": exc.status, "reason": exc.reason}
     except OverBudget as exc:
         return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
                       "metrics": base | {"time_estimate_s": exc.estimate_s}}
@@ -195,6 +196,9 @@ def measure_point(point, rank: int, world: int) -> dict:
     }
     metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_call_per_device,
                               tokens_per_call_per_device, step_s, finetune_losses)
+    extra = getattr(trainer, "extra_metrics", None)  # a runtime's own figures (e.g. cstorch's rate tracker)
+    if extra is not None:
+        metrics |= extra(timing)
     timed = {"times_s": times, "warmup_times_s": timing.warmup_times_s}
     try:  # every device's energy over the timed steps, against every token they trained on
         metrics |= energy.energy_fields(window, work="tokens", amount=tokens_per_call * point.steps)
@@ -237,6 +241,15 @@ def _share(total: int, devices: int) -> int | float:
     return total // devices if total % devices == 0 else total / devices
 
 
+def point_batches(point, vocab_size: int, rank: int):
+    """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows)."""
+    from accel_kit.data import SyntheticBatches, open_batches
+
+    if point.data == "synthetic":
+        return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
+    return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
+
+
 def _reduce_max(values: list[float], device: torch.device, world: int) -> list[float]:
     if world == 1:
         return values
@@ -248,7 +261,7 @@ def _reduce_max(values: list[float], device: torch.device, world: int) -> list[f
 
 def main(argv: list[str] | None = None) -> int:
     from accel_kit.atomic import write_json_atomic
-    from accel_kit.train.launch import distributed_env
+    from accel_kit.train.launch import distributed_env, launch_shape
     from accel_kit.train.point import load_point
 
     ap = argparse.ArgumentParser(description="run one accel-kit point")
@@ -260,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, local_rank = distributed_env()
     # torch reads these names; mpiexec/srun set their own, mapped here.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
-    if point.needs_group:
+    if launch_shape(point)[2]:
         from accel_kit.systems import load_system
 
         adapter = load_system(point.system).adapter_instance()
