@@ -81,8 +81,12 @@ def test_what_the_programming_model_cannot_run_and_why():
 
 
 def test_one_client_drives_every_cs2_of_a_point():
-    # Data parallel systems start a rank per device under torchrun; a Cerebras point is one process.
-    assert launch_shape(_point(system="cs2", devices=2)) == (1, 1, False)
+    # Data parallel systems start a rank per device under torchrun; a Cerebras point is one process,
+    # with one data-parallel replica per CS-2 (the adapter's layout, which make_point puts in the point).
+    layout = get_adapter("cerebras", {"backend": "CSX"}).layout(2)
+    assert (layout.processes, layout.replicas) == (1, 2)
+    point = _point(system="cs2", devices=2, processes=layout.processes, replicas=layout.replicas)
+    assert launch_shape(point) == (1, 1, False) and point.data_parallel_size == 2
     assert launch_shape(_point(system="cpu", devices=2, devices_per_node=8)) == (2, 1, True)
 
 
