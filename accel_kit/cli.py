@@ -50,7 +50,7 @@ def _cmd_systems(args: argparse.Namespace) -> int:
     for sid in system_ids():
         system = load_system(sid)
         status = get_adapter(system.adapter, system.options).availability()
-        print(f"{sid:10s} {system.adapter:6s} {'available' if status else 'unavailable: ' + status.reason}"
+        print(f"{sid:10s} {system.adapter:9s} {'available' if status else 'unavailable: ' + status.reason}"
               f"  | {system.description}")
     return 0
 
@@ -60,8 +60,9 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
 
     from accel_kit import studies
     from accel_kit.atomic import atomic_path
+    from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system
-    from accel_kit.train.launch import render_jobscript
+    from accel_kit.train.launch import SCHEDULER_LAUNCHER, render_jobscript
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
     if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
@@ -69,15 +70,21 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
         raise AccelKitError(f"study {args.study!r} runs in one process on one device; job scripts are for "
                             f"{', '.join(multi)}")
     system = load_system(args.system)
+    # The system's own launch (a vendor launcher, its SDK's environment), else the scheduler's.
+    adapter = get_adapter(system.adapter, system.options)
+    launch = adapter.job_launch(args.scheduler)
+    launcher = launch.launcher or SCHEDULER_LAUNCHER[args.scheduler]
+    overrides = [*launch.params, *((n, v) for n, v in args.param or [])]
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{args.scheduler}.sh")
     text = render_jobscript(args.scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
-                            path=str(path), overrides=[(n, v) for n, v in args.param or []])
+                            path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
+                            directives=launch.directives,
+                            tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
-    launcher = {"pbs": "mpiexec", "slurm": "srun"}[args.scheduler]
     studies.resolve(args.study, args.profile, launcher=launcher, max_nodes=args.nodes,
-                    **dict(_parse_override(p) for p in args.param or []))
+                    **dict(_parse_override(p) for p in overrides))
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)

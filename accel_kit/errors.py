@@ -1,4 +1,5 @@
-"""User-facing errors: the CLI prints ``accel-kit: error: <message>`` and exits with status 2.
+"""User-facing errors: the CLI prints ``accel-kit: error: <message>`` and exits with status 2;
+a notebook cell shows the same line instead of a traceback.
 
 Raise these for anything the user can fix (a bad parameter, a missing file, an unavailable
 system); let genuine bugs raise ordinary exceptions with their tracebacks.
@@ -7,6 +8,11 @@ system); let genuine bugs raise ordinary exceptions with their tracebacks.
 
 class AccelKitError(Exception):
     """A problem with the user's input or environment, explained in one line."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows what this returns instead of the traceback: a notebook (and papermill's
+        # report of the failed cell) ends with the same one line the CLI prints.
+        return [f"accel-kit: error: {self}"]
 
 
 class ParameterError(AccelKitError, ValueError):

@@ -93,6 +93,24 @@ def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_ti
     return fig
 
 
+def has_values(df: pd.DataFrame, column: str) -> bool:
+    """Whether any row of ``df`` has a figure in ``column`` (energy is null where the device reads none)."""
+    return column in df.columns and bool(df[column].notna().any())
+
+
+def energy_line(df: pd.DataFrame, *, x: str, group: list[str], title: str, x_title: str,
+                log_x: bool = False) -> go.Figure | None:
+    """Tokens per joule against ``x``, the companion of a tokens/s figure; None when no record has energy.
+
+    Records without a reading (null ``tokens_per_j``) are left out, not drawn as zero; the hover
+    gives tokens/s and the average power beside each point.
+    """
+    if not has_values(df, "tokens_per_j"):
+        return None
+    return line(df[df["tokens_per_j"].notna()], x=x, y="tokens_per_j", group=group, title=title, x_title=x_title,
+                y_title="tokens / J", log_x=log_x, hover=["tokens_per_s", "power_avg_w", "energy_j"])
+
+
 def _hovertemplate(x: str, y: str, hover: list[str]) -> str:
     lines = [f"{x}=%{{x}}", f"{y}=%{{y:.3g}}"] + [f"{h}=%{{customdata[{i}]:.3g}}" for i, h in enumerate(hover)]
     return "<br>".join(lines) + "<extra>%{fullData.name}</extra>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 # A point whose trials vary more than this (coefficient of variation) is flagged noisy.
 DEFAULT_NOISY_CV = 0.05
@@ -24,6 +24,7 @@ class Timing:
     times_s: list[float]
     warmup_times_s: list[float] = field(default_factory=list)
     noisy_cv: float = DEFAULT_NOISY_CV
+    energy: Any = None  # the meter's reading over the timed trials (accel_kit.devices.power.EnergyWindow)
 
     def __post_init__(self) -> None:
         if not self.times_s:
@@ -90,7 +91,7 @@ class OverBudget(RuntimeError):
 def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
             warmup: int = 2, trials: int = 5, noisy_cv: float = DEFAULT_NOISY_CV,
             on_trial: Callable[[int, float], None] | None = None,
-            budget_s: float | None = None, extra_iterations: int = 0) -> Timing:
+            budget_s: float | None = None, extra_iterations: int = 0, meter: Any = None) -> Timing:
     """Time ``fn`` (one iteration of the work) ``trials`` times after ``warmup`` untimed-for-results runs.
 
     Args:
@@ -102,8 +103,11 @@ def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
         budget_s: after the first iteration, the whole measurement (warm-up, trials and
             ``extra_iterations`` run by the caller afterwards) is estimated from its time;
             OverBudget is raised when the estimate exceeds the budget.
+        meter: an energy meter (the adapter's ``energy_meter``): started after the warm-up with the
+            device idle, polled after each trial (outside its timed region, so counters that wrap
+            are read often enough), stopped after the last trial's closing synchronisation.
     Returns:
-        Timing with per-trial and warm-up times.
+        Timing with per-trial and warm-up times, and the meter's reading as ``energy``.
     Raises:
         OverBudget: the estimate from the first iteration exceeds ``budget_s``.
     """
@@ -112,6 +116,9 @@ def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
     warmup_times: list[float] = []
     times: list[float] = []
     for i in range(warmup + trials):
+        if i == warmup and meter is not None:
+            synchronize()  # the warm-up's queued work is not charged to the window
+            meter.start()
         elapsed = _timed(fn, synchronize)
         if i == 0 and budget_s is not None:
             # The first iteration includes compilation and allocator growth, so this errs long:
@@ -123,9 +130,12 @@ def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
             warmup_times.append(elapsed)
             continue
         times.append(elapsed)
+        if meter is not None and len(times) < trials:
+            meter.poll()
         if on_trial is not None:
             on_trial(i - warmup, elapsed)
-    return Timing(times_s=times, warmup_times_s=warmup_times, noisy_cv=noisy_cv)
+    energy = meter.stop() if meter is not None else None  # after the last trial's closing synchronisation
+    return Timing(times_s=times, warmup_times_s=warmup_times, noisy_cv=noisy_cv, energy=energy)
 
 
 def _timed(fn: Callable[[], object], synchronize: Callable[[], None]) -> float:

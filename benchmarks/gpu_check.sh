@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Device checks for a lent NVIDIA GPU, e.g. an H200: installs accel-kit into the machine's
 # torch environment and runs, section by section, the microbenchmark's full profile (micro,
-# about 4 min), GPT-2 XL training (train, about 4 min), GenSLM at 10240 (genslm, about 3 min)
-# and 2:4 sparsity (sparsity, about 3 min), printing each one's targets. All four exceed one
-# 10-minute call: pick sections with SECTIONS. Run from the repository root:
+# about 4 min), GPT-2 XL training (train, about 4 min), GenSLM at 10240 (genslm, about 3 min),
+# 2:4 sparsity (sparsity, about 3 min) and energy per token (energy, about 3 min), printing
+# each one's targets. They exceed one 10-minute call together: pick sections with SECTIONS.
+# Run from the repository root:
 #   SYSTEM=h200 SECTIONS="micro train" bash benchmarks/gpu_check.sh
 # Missing Python packages can travel as wheels in .whl/ (installed with --no-index): the H200
 # image has torch, transformers, pandas, pyyaml, tqdm and psutil but not pydantic (with
-# pydantic-core, annotated-types, typing-inspection) or plotly (not needed: --no-figures).
+# pydantic-core, annotated-types, typing-inspection) or plotly (not needed: --no-figures). The
+# energy section reads the GPU's energy counter through Zeus or, lighter, NVIDIA's nvidia-ml-py
+# (one pure-Python wheel: put nvidia_ml_py-*.whl in .whl/ if the image lacks pynvml).
 set -euo pipefail
 SYSTEM=${SYSTEM:-h200}
 OUT=${OUT:-$(mktemp -d)}
-SECTIONS=${SECTIONS:-micro train genslm sparsity}
+SECTIONS=${SECTIONS:-micro train genslm sparsity energy}
 export PYTHONUNBUFFERED=1
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -157,4 +160,29 @@ for r in df.itertuples():
     else:
         print(f"sparsity {r.preset} {r.config}: {r.status}: {r.reason}")
 PY
+fi
+
+if want energy; then
+# Energy per token: the GPU's energy counter (NVML nvmlDeviceGetTotalEnergyConsumption, mJ since the
+# driver loaded), read by the adapter's meter over exactly the timed iterations (warm-up excluded),
+# through Zeus where installed, else nvidia-ml-py; with neither, every record keeps null energy and
+# the printed reason says so. The counter updates every ~20-100 ms, so a window under 1 s is not
+# recorded: the microbenchmark point (native bf16 fwd+bwd, batch 64) runs 200 timed iterations
+# (about 5 s) and the training point (GPT-2 XL bf16, micro-batch 16, eager) 10 steps (about 4 s).
+# Expected (an estimate, not a measurement): average power below the 700 W limit of an H200 SXM, so
+# roughly 0.5-1.5 TFLOP/J in the block and 0.01-0.03 J per token (30-100 tokens/J) in GPT-2 XL
+# training at 35-45k tokens/s; the GPU's whole draw in the window is counted, idle part included.
+EOUT=$OUT/energy
+python3 - <<'PY'
+from accel_kit.devices import power
+print("energy reader:", "zeus" if power.installed("zeus") else "nvidia-ml-py" if power.installed("pynvml")
+      else "none (neither zeus nor nvidia-ml-py: figures will be null with the reason)")
+PY
+timeout 200 python3 -m accel_kit.cli run microbenchmark --system "$SYSTEM" --profile full --output-dir "$EOUT" \
+  --no-figures -q -p precisions '[bf16]' -p batch_sizes '[64]' -p directions '[forward_backward]' -p impls '[native]' \
+  -p trials 200 -p measure_peak false -p timeout_s 180 | tee "$OUT/energy_micro.txt"
+timeout 300 python3 -m accel_kit.cli run scaling --system "$SYSTEM" --profile full --output-dir "$EOUT" --no-figures -q \
+  -p device_counts '[1]' -p precision bf16 -p micro_batch_size 16 -p steps 10 -p warmup_steps 3 -p measure_peak false \
+  -p timeout_s 280 | tee "$OUT/energy_train.txt"
+python3 benchmarks/energy_check.py "$EOUT"
 fi

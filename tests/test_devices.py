@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from accel_kit.devices import ADAPTERS, BaseAdapter, DeviceAdapter, PrecisionSupport, get_adapter, require_adapter
+from accel_kit.energy import energy_fields
 from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.systems import load_system, system_ids
 
 PROTOCOL_METHODS = ["availability", "torch_device", "synchronize", "supported_precisions", "reset_peak_memory",
                     "peak_memory_bytes", "total_memory_bytes", "distributed_backend", "describe", "math_mode",
-                    "set_tf32"]
+                    "set_tf32", "energy_meter"]
 
 
 def _check_protocol(adapter):
@@ -27,6 +28,11 @@ def _check_protocol(adapter):
     adapter.synchronize()
     assert adapter.peak_memory_bytes() >= x.numel() * x.element_size()
     assert adapter.distributed_backend() in ("gloo", "nccl")
+    meter = adapter.energy_meter(0)  # a figure over the window, or None with the reason: never 0
+    meter.start()
+    (x @ x).sum().item()
+    fields = energy_fields(meter.stop(), work="flops", amount=2 * 1024**3)
+    assert (fields["energy_j"] is None and fields["energy_reason"]) or (fields["energy_j"] > 0 and fields["energy_source"])
 
 
 def test_cpu_adapter_protocol():
@@ -107,7 +113,8 @@ def test_unavailable_system_one_line():
 def test_import_never_loads_vendor_sdks():
     code = ("import sys, accel_kit, accel_kit.devices, accel_kit.studies;"
             "accel_kit.devices.get_adapter('cpu');"
-            "bad = [m for m in ('poptorch', 'habana_frameworks', 'cerebras', 'sambaflow', 'deepspeed') if m in sys.modules];"
+            "bad = [m for m in ('poptorch', 'habana_frameworks', 'cerebras', 'sambaflow', 'deepspeed',"
+            "                   'zeus', 'pynvml', 'pyhlml', 'amdsmi') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

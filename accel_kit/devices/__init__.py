@@ -14,10 +14,13 @@ from accel_kit.devices.base import (
     BaseAdapter,
     DeviceAdapter,
     DeviceDescription,
+    JobLaunch,
+    Layout,
     PrecisionChoice,
     PrecisionSupport,
     dtype_of,
 )
+from accel_kit.devices.power import EnergyMeter, EnergySource, EnergyWindow, UnavailableMeter
 from accel_kit.errors import ParameterError, UnavailableError
 
 # name -> "module:Class", imported on first use.
@@ -25,6 +28,9 @@ ADAPTERS: dict[str, str] = {
     "cpu": "accel_kit.devices.cpu:CPUAdapter",
     "cuda": "accel_kit.devices.cuda:CUDAAdapter",
     "rocm": "accel_kit.devices.rocm:ROCmAdapter",
+    "habana": "accel_kit.devices.habana:HabanaAdapter",
+    "poptorch": "accel_kit.devices.graphcore:PopTorchAdapter",
+    "sambaflow": "accel_kit.devices.sambanova:SambaFlowAdapter",
 }
 
 
@@ -52,6 +58,7 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
-    "PrecisionChoice", "PrecisionSupport",
+    "EnergyMeter", "EnergySource", "EnergyWindow", "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
+    "UnavailableMeter",
     "dtype_of", "get_adapter", "require_adapter",
 ]

@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from accel_kit.devices.power import EnergyMeter, UnavailableMeter
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The lower precisions, in the order "auto" prefers them: bf16 trains without loss scaling.
@@ -71,6 +73,31 @@ class PrecisionChoice:
     precision: str
     reason: str
     emulated: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a training point's devices map onto worker processes, data-parallel replicas and optimizer steps.
+
+    torch's data parallelism (the default) is one process and one replica per device and one
+    optimizer step per trainer call. A vendor runtime may hold every replica in one process (a
+    replication factor), spread one replica over several devices (a pipeline), place several
+    replicas on one device, or run several optimizer steps per host call (device iterations).
+    """
+
+    processes: int  # worker processes the point runs as
+    replicas: int  # data-parallel replicas: the global batch is micro-batch x gas x replicas
+    steps_per_call: int = 1  # optimizer steps one ``trainer.step()`` runs
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """What a system's job script needs beyond the scheduler's defaults (``accel-kit jobscript``)."""
+
+    launcher: str | None = None  # -p launcher of the sweep; None: the scheduler's (mpiexec under PBS, srun under Slurm)
+    setup: tuple[str, ...] = ()  # shell lines before ``accel-kit run`` (the vendor stack's environment)
+    directives: tuple[str, ...] = ()  # extra scheduler lines (written as given, e.g. "##SBATCH --gres=...")
+    params: tuple[tuple[str, str], ...] = ()  # -p overrides the launch needs (the user's own come after and win)
 
 
 @runtime_checkable
@@ -148,8 +175,9 @@ class DeviceAdapter(Protocol):
     def set_tf32(self, enabled: bool) -> None:
         """Allow or forbid TF32 (or the device's reduced-precision fp32 matmul)."""
 
-    def power_reading(self) -> tuple[None, str]:
-        """Energy over the timed window: not read yet by any adapter; (None, why)."""
+    def energy_meter(self, index: int = 0) -> EnergyMeter:
+        """A meter of device ``index``'s energy over a timed window (``accel_kit.devices.power``); one that
+        returns None with the reason where the device exposes no reading."""
 
     def configure(self, options: dict[str, Any]) -> None:
         """Take the system YAML's ``options`` (vendor settings: a cluster address, a mode); reject unknown ones."""
@@ -162,7 +190,19 @@ class DeviceAdapter(Protocol):
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None) -> Any:
-        """The object whose ``step()`` runs one optimizer step of ``point`` and returns its loss as a float."""
+        """The object whose ``step()`` runs ``layout().steps_per_call`` optimizer steps of ``point`` and returns the loss."""
+
+    def layout(self, devices: int) -> Layout:
+        """How a training point on ``devices`` devices runs: processes, data-parallel replicas, steps per call."""
+
+    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+        """The attention-kernel fields of a record where torch's SDPA dispatch does not decide them; None: probe it."""
+
+    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+        """Words put before a point's worker command (a vendor's process launcher); [] for none."""
+
+    def job_launch(self, scheduler: str) -> JobLaunch:
+        """What a job script for this device needs (launcher, environment, scheduler lines)."""
 
 
 class BaseAdapter:
@@ -258,8 +298,8 @@ class BaseAdapter:
     def set_tf32(self, enabled: bool) -> None:
         pass
 
-    def power_reading(self) -> tuple[None, str]:
-        return None, f"no power or energy reading is implemented for adapter {self.name!r}"
+    def energy_meter(self, index: int = 0) -> EnergyMeter:
+        return UnavailableMeter(f"adapter {self.name!r} reads no energy (it has no energy_meter of its own)")
 
     # --- The programming model: how a training point is built and stepped. The defaults are eager
     # PyTorch (DDP or DeepSpeed across ranks); a vendor whose model differs (a compiled graph, a
@@ -297,3 +337,15 @@ class BaseAdapter:
             model = torch.compile(model)
         return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
                        fused_optimizer=self.fused_optimizer())
+
+    def layout(self, devices: int) -> Layout:
+        return Layout(processes=devices, replicas=devices)
+
+    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+        return None
+
+    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+        return []
+
+    def job_launch(self, scheduler: str) -> JobLaunch:
+        return JobLaunch()

@@ -206,6 +206,12 @@ class CPUAdapter(BaseAdapter):
         # accel_kit.models.block: the NN-layout weight gradient is faster in CPU bf16 GEMMs.
         return dtype == torch.bfloat16
 
+    def energy_meter(self, index: int = 0):
+        # RAPL package counters: the sockets' energy, shared by every rank (and process) on the host.
+        from accel_kit.devices.power import rapl_meter
+
+        return rapl_meter()
+
     def describe(self) -> DeviceDescription:
         flags = _cpu_flags()
         return DeviceDescription(

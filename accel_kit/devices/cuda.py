@@ -88,6 +88,17 @@ class CUDAAdapter(BaseAdapter):
             return None, f"torch's 2:4 kernels run fp16/bf16 (and int8/fp8), not {name}"
         return "2:4", f"2:4 semi-structured sparse tensor cores (compute capability {cc[0]}.{cc[1]})"
 
+    # The vendor call Zeus makes for this GPU's energy counter (named in the record).
+    energy_api = "NVML nvmlDeviceGetTotalEnergyConsumption"
+
+    def energy_meter(self, index: int = 0):
+        # Zeus where installed (the "energy" extra); else NVIDIA's bindings read the same counter.
+        from accel_kit.devices import power
+
+        if power.installed("zeus"):
+            return power.zeus_gpu_meter(index, api=self.energy_api)
+        return power.nvml_meter(index, uuid=lambda: str(torch.cuda.get_device_properties(index).uuid))
+
     def describe(self) -> DeviceDescription:
         props = torch.cuda.get_device_properties(0)
         versions = {"torch": torch.__version__}

@@ -9,6 +9,14 @@ from accel_kit.devices.cuda import CUDAAdapter
 
 class ROCmAdapter(CUDAAdapter):
     name = "rocm"
+    # Through Zeus as on NVIDIA. An MI250's second die reports no power of its own (its package's is on
+    # the first), so its windows read zero and are recorded as null with that reason.
+    energy_api = "amdsmi amdsmi_get_energy_count"
+
+    def energy_meter(self, index: int = 0):
+        from accel_kit.devices.power import zeus_gpu_meter
+
+        return zeus_gpu_meter(index, api=self.energy_api)  # Zeus alone: it converts amdsmi's units per version
 
     def availability(self) -> Availability:
         if not torch.version.hip:

@@ -27,7 +27,7 @@ class TrainingParams(StudyParams, TrainSpec):
 
     timeout_s: float = Field(default=1800, gt=0)  # per point; a hung point is killed and recorded
     measure_peak: bool = True
-    launcher: Literal["local", "mpiexec", "srun"] = "local"
+    launcher: Literal["local", "mpiexec", "mpirun", "srun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
 
     def check(self, system: System) -> None:
@@ -43,11 +43,15 @@ def resolve_precision(params: TrainingParams, system: System) -> PrecisionChoice
 
 def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, **axis) -> TrainPoint:
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
+    from accel_kit.devices import get_adapter
+
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
+    layout = get_adapter(system.adapter, system.options).layout(values["devices"])
     values |= {"system": system.id, "devices_per_node": system.devices_per_node, "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
-               "seq_len": values["seq_len"] or system.seq_len}
+               "seq_len": values["seq_len"] or system.seq_len,
+               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call}
     return TrainPoint(**values)
 
 

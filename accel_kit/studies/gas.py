@@ -11,7 +11,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import results
+from accel_kit import energy, results
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
@@ -40,7 +40,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     df = results.latest(df, KEYS).sort_values(KEYS).copy()
-    cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", "mfu_measured_pct", "reason"]
+    cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", *energy.table_columns(df),
+                   "mfu_measured_pct", "reason"]
     df = df[[c for c in cols if c in df.columns]].reset_index(drop=True)
     base = df[(df["gas"] == df.groupby(KEYS[:-1])["gas"].transform("min")) & (df["status"] == "ok")]
     base = base.set_index(KEYS[:-1])["tokens_per_s"]
@@ -60,7 +61,7 @@ def figures(df: pd.DataFrame) -> dict:
     if ok.empty:
         return {}
     group = ["system", "precision", "micro_batch_size"]
-    return {
+    figs = {
         "gas_tokens_per_s": plots.line(ok, x="gas", y="tokens_per_s", group=group, log_x=True,
                                        title="Training throughput against gradient accumulation steps",
                                        x_title="GAS", y_title="tokens / s", hover=["global_batch_size"]),
@@ -68,3 +69,8 @@ def figures(df: pd.DataFrame) -> dict:
                                         title="Samples per second against gradient accumulation steps",
                                         x_title="GAS", y_title="samples / s", hover=["global_batch_size"]),
     }
+    per_j = plots.energy_line(ok, x="gas", group=group, log_x=True, x_title="GAS",
+                              title="Training energy efficiency against gradient accumulation steps")
+    if per_j is not None:
+        figs["gas_energy"] = per_j
+    return figs

@@ -33,7 +33,7 @@ from typing import ClassVar, Literal
 import pandas as pd
 from pydantic import Field, PositiveInt, field_validator
 
-from accel_kit import results
+from accel_kit import energy, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
@@ -174,8 +174,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         return df
     cols = ["system", "preset", "n_params", "vocab_size", "seq_len", "precision", "micro_batch_size",
             "global_batch_size", "activation_checkpointing", "attention_kernel", "attention_kernel_ran", "status",
-            "tokens_per_s", "samples_per_s_mean", "tflops_per_device", "mfu_pct", "mfu_measured_pct",
-            "mem_peak_gib", "mem_estimate_gib", "steps", "loss_last", "reason"]
+            "tokens_per_s", "samples_per_s_mean", *energy.table_columns(df), "tflops_per_device", "mfu_pct",
+            "mfu_measured_pct", "mem_peak_gib", "mem_estimate_gib", "steps", "loss_last", "reason"]
     df = _ordered(df)
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 
@@ -241,8 +241,10 @@ def figures(df: pd.DataFrame) -> dict:
             ("genslm_tokens_per_s", "tokens_per_s", "tokens / s", "GenSLM training throughput against sequence length"),
             ("genslm_samples_per_s", "samples_per_s_mean", "samples / s (global batch / mean step time)",
              "GenSLM samples per second against sequence length"),
-            ("genslm_memory", "mem_peak_gib", "GiB", "Peak memory per device against sequence length")):
-        if not ok[y].notna().any():
+            ("genslm_memory", "mem_peak_gib", "GiB", "Peak memory per device against sequence length"),
+            # beside tokens/s where the device reads its energy (absent, not zero, where it does not)
+            ("genslm_energy", "tokens_per_j", "tokens / J", "GenSLM training energy efficiency against sequence length")):
+        if not plots.has_values(ok, y):
             continue
         # Log y for rates: the models span three orders of magnitude in size.
         fig = plots.line(ok, x="seq_len", y=y, group=group, title=title, x_title="sequence length (codons)",

@@ -11,12 +11,13 @@ natively at speed; an explicit list runs as asked, and emulated precisions say s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pandas as pd
 import torch
 from pydantic import Field, PositiveInt, model_validator
 
+from accel_kit import energy
 from accel_kit import flops as F
 from accel_kit import peaks, results
 from accel_kit.devices import PRECISIONS, dtype_of
@@ -67,6 +68,7 @@ class BlockPoint(Point):
     """One microbenchmark point: a block of this shape, in this precision, timed in one direction."""
 
     kind: Literal["block"] = "block"
+    ENERGY_WORK: ClassVar[str] = "flops"  # its records' energy figure is FLOPs per joule
     impl: Impl
     hidden_size: PositiveInt
     n_heads: PositiveInt
@@ -188,10 +190,11 @@ def measure_block(point: BlockPoint) -> dict:
             x.grad = None
             _first(module(x)).backward(grad_out)
 
+    meter = adapter.energy_meter(0)  # the device prepare() selected; opened before the clock runs
     adapter.reset_peak_memory()
     try:
         timing = measure(step, adapter.synchronize, warmup=point.warmup, trials=point.trials,
-                         noisy_cv=point.noisy_cv, budget_s=point.time_budget_s)
+                         noisy_cv=point.noisy_cv, budget_s=point.time_budget_s, meter=meter)
     except OverBudget as exc:
         return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
                       "metrics": {"flops": flops, "time_estimate_s": exc.estimate_s}}
@@ -206,8 +209,13 @@ def measure_block(point: BlockPoint) -> dict:
         **peaks.mfu_metrics(achieved, device_model, point.precision, point.peak, tf32=point.tf32),
         "mem_peak_gib": mem / GiB if mem is not None else None,
     } | timing.summary()
-    return out | {"status": "ok", "metrics": metrics, "times_s": timing.times_s,
-                  "warmup_times_s": timing.warmup_times_s, "summary": f"{achieved:.3f} TFLOP/s"}
+    timed = {"times_s": timing.times_s, "warmup_times_s": timing.warmup_times_s}
+    try:  # the device's energy over the timed iterations, against the FLOPs they computed
+        metrics |= energy.energy_fields(timing.energy, work="flops", amount=flops * point.trials)
+    except energy.ImplausibleEnergy as exc:
+        return out | timed | {"status": "error", "reason": f"implausible energy reading: {exc}",
+                              "metrics": metrics | energy.null_fields(str(exc), "flops")}
+    return out | timed | {"status": "ok", "metrics": metrics, "summary": f"{achieved:.3f} TFLOP/s"}
 
 
 # ---- presentation -------------------------------------------------------------------------------
@@ -220,8 +228,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     df = results.latest(df, TABLE_KEYS)
-    cols = TABLE_KEYS + ["status", "tflops", "mfu_pct", "mfu_measured_pct", "time_median_s", "time_cv",
-                         "noisy", "mem_peak_gib", "reason"]
+    cols = TABLE_KEYS + ["status", "tflops", *energy.table_columns(df, "flops"), "mfu_pct", "mfu_measured_pct",
+                         "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason"]
     cols = [c for c in cols if c in df.columns]
     return df[cols].sort_values(TABLE_KEYS).reset_index(drop=True)
 
@@ -245,4 +253,11 @@ def figures(df: pd.DataFrame) -> dict:
             title=f"{title} throughput of one GPT-2 XL block (seq {int(sub['seq_len'].iloc[0])})",
             x_title="batch size", y_title="TFLOP/s", facet_order=["fp32", "fp16", "bf16"],
             hover=["mfu_pct", "mfu_measured_pct", "time_median_s", "mem_peak_gib"])
+        if plots.has_values(sub, "flops_per_j"):  # beside it, where the device reads its energy
+            measured = sub[sub["flops_per_j"].notna()]
+            figs[f"microbenchmark_{direction}_energy"] = plots.grouped_bars(
+                measured.assign(gflops_per_j=measured["flops_per_j"] / 1e9), x="batch_size", y="gflops_per_j",
+                facet="precision", group=["system", "impl"], title=f"{title} energy efficiency of one GPT-2 XL block",
+                x_title="batch size", y_title="GFLOP / J", facet_order=["fp32", "fp16", "bf16"],
+                hover=["tflops", "power_avg_w", "energy_j"])
     return figs

@@ -12,7 +12,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import results
+from accel_kit import energy, results
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
@@ -38,6 +38,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     df = results.latest(df, KEYS).sort_values(KEYS)
+    energy_cols = energy.table_columns(df)
     rows = []
     for _, g in df.groupby(["system", "preset", "precision"], sort=True):
         ok = g[g["status"] == "ok"]
@@ -47,6 +48,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                                             "tokens_per_s": r.get("tokens_per_s"),
                                             "tokens_per_s_per_device": r.get("tokens_per_s_per_device"),
                                             "mfu_measured_pct": r.get("mfu_measured_pct"),
+                                            **{c: r.get(c) for c in energy_cols},
                                             "reason": r.get("reason")}
             if base is not None and r["status"] == "ok":
                 speedup = r["tokens_per_s"] / base["tokens_per_s"]
@@ -68,4 +70,10 @@ def figures(df: pd.DataFrame) -> dict:
                      title="Training throughput against device count", x_title="devices",
                      y_title="tokens / s", log_x=True, log_y=True,
                      hover=["tokens_per_s_per_device", "mfu_measured_pct", "global_batch_size"])
-    return {"scaling_throughput": fig}
+    figs = {"scaling_throughput": fig}
+    per_j = plots.energy_line(ok, x="devices", group=["system", "preset", "precision"], log_x=True,
+                              title="Training energy efficiency against device count (all devices' energy)",
+                              x_title="devices")
+    if per_j is not None:
+        figs["scaling_energy"] = per_j
+    return figs

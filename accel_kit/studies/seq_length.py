@@ -11,7 +11,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import results
+from accel_kit import energy, results
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
@@ -38,8 +38,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     df = results.latest(df, KEYS).sort_values(KEYS)
-    cols = KEYS + ["status", "tokens_per_s", "tokens_per_s_per_device", "mem_peak_gib", "mem_estimate_gib",
-                   "mfu_measured_pct", "reason"]
+    cols = KEYS + ["status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
+                   "mem_estimate_gib", "mfu_measured_pct", "reason"]
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 
 
@@ -72,4 +72,10 @@ def figures(df: pd.DataFrame) -> dict:
                              x_title="sequence length (tokens)", y_title="GiB", log_x=True)
             mem.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
             figs["seq_length_memory"] = mem
+        per_j = plots.energy_line(ok, x="seq_len", group=["system", "preset", "devices"], log_x=True,
+                                  title="Training energy efficiency against sequence length",
+                                  x_title="sequence length (tokens)")
+        if per_j is not None:
+            per_j.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+            figs["seq_length_energy"] = per_j
     return figs

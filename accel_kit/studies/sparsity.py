@@ -27,7 +27,7 @@ from typing import Annotated, ClassVar, Literal
 import pandas as pd
 from pydantic import Field
 
-from accel_kit import results
+from accel_kit import energy, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
@@ -161,6 +161,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = _latest(df).sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
     df["_loss_curve_run"] = loss_curve_rows(df)
+    energy_cols = energy.table_columns(df)
     rows = []
     for _, g in df.groupby(GROUP, dropna=False, sort=False):
         dense = g[(g["sparsity"] == 0) & (g["status"] == "ok")]
@@ -174,6 +175,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                 "execution": execution_label(r.get("sparse_execution_kind"), r.get("sparse_execution"))
                 if ok else None,
                 "tokens_per_s": r.get("tokens_per_s"),
+                **{c: r.get(c) for c in energy_cols},
                 "speedup_vs_dense": r["tokens_per_s"] / base["tokens_per_s"] if ok and base is not None else None,
                 "ideal_speedup": r.get("flops_dense_equivalent") / r.get("flops_effective")
                 if ok and r.get("flops_effective") else None,
@@ -212,6 +214,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 def figures(df: pd.DataFrame) -> dict:
     """Figure 7 (throughput relative to dense, per preset), Figure 8 (loss curves) and the loss gap."""
+    from accel_kit import plots
+
     if df.empty:
         return {}
     t = table(df)
@@ -220,6 +224,14 @@ def figures(df: pd.DataFrame) -> dict:
     speed = t[t["speedup_vs_dense"].notna() & (~t["loss_curve_run"] | t["preset"].isin(_throughput_presets(df)))]
     if not speed.empty:
         figs["sparsity_throughput"] = _throughput_figure(speed)
+        if plots.has_values(speed, "tokens_per_j"):  # beside it, where the device reads its energy
+            measured = speed[speed["tokens_per_j"].notna()]
+            measured = measured.assign(config=pd.Categorical(measured["config"], categories=_order(measured["config"]),
+                                                             ordered=True))
+            figs["sparsity_energy"] = plots.grouped_bars(
+                measured, x="config", y="tokens_per_j", facet="preset", group=["system", "precision", "execution"],
+                title="Training energy efficiency against weight sparsity", x_title="weight sparsity",
+                y_title="tokens / J", hover=["tokens_per_s", "power_avg_w", "speedup_vs_dense"])
     curves = df[loss_curve_rows(df) & (df["status"] == "ok")] if "status" in df.columns else df.iloc[:0]
     if not curves.empty:
         figs["sparsity_loss_curves"] = _loss_figure(_latest(curves))

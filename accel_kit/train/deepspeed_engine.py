@@ -35,9 +35,14 @@ def deepspeed_config(point, optim: OptimConfig, world: int, optimizer_params: di
 
 
 class DeepSpeedTrainer:
-    """Same interface as ``accel_kit.train.step.Trainer``: ``step()`` runs one optimizer step."""
+    """Same interface as ``accel_kit.train.step.Trainer``: ``step()`` runs one optimizer step.
 
-    def __init__(self, point, model, batches, device: torch.device, optim: OptimConfig, world: int, adapter):
+    ``graph_break``: called after each backward and each engine step, where a device that records
+    operations into a lazy graph must cut it (the adapter's choice; None elsewhere).
+    """
+
+    def __init__(self, point, model, batches, device: torch.device, optim: OptimConfig, world: int, adapter, *,
+                 graph_break=None):
         environ, optimizer_params = adapter.deepspeed_settings()
         for name, value in environ.items():  # read when deepspeed is imported
             os.environ.setdefault(name, value)
@@ -52,6 +57,7 @@ class DeepSpeedTrainer:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                                  config=config)
         self.batches, self.device, self.gas, self.optim_cfg = iter(batches), device, point.gas, optim
+        self.graph_break = graph_break or (lambda: None)
         self.step_count = 0
 
     def step(self) -> float:
@@ -62,7 +68,9 @@ class DeepSpeedTrainer:
             x, y = next(self.batches)
             _, loss = self.engine(x.to(self.device), y.to(self.device))
             self.engine.backward(loss)  # scales by 1/gas and skips the all-reduce until the boundary
+            self.graph_break()
             self.engine.step()  # an optimizer step only at the accumulation boundary
+            self.graph_break()
             total += loss.item() / self.gas
         self.step_count += 1
         if not torch.isfinite(torch.tensor(total)):

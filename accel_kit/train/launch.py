@@ -1,5 +1,6 @@
 """How a point's worker processes are started: locally (one process or torchrun), or across
-nodes inside a batch job (mpiexec as on ALCF Polaris, srun under Slurm), plus job scripts.
+nodes inside a batch job (mpiexec as on ALCF Polaris, Open MPI's mpirun, srun under Slurm),
+plus job scripts.
 
 Inside a job the sweep runner still runs on the first node and starts each point with one
 ``mpiexec``/``srun`` call; the worker maps the launcher's rank variables to torch's
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from accel_kit.errors import ParameterError
 
-LAUNCHERS = ("local", "mpiexec", "srun")
+LAUNCHERS = ("local", "mpiexec", "mpirun", "srun")
 WORKER = ["-m", "accel_kit.train.worker"]
 
 # Rank variables of common launchers: (rank, world size, local rank).
@@ -77,6 +78,10 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
     env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(free_port())}
     if launcher == "mpiexec":
         return ["mpiexec", "-n", str(devices), "--ppn", str(per_node), sys.executable, *WORKER], env
+    if launcher == "mpirun":
+        # Open MPI: ranks placed per node by mapping, and only the variables named with -x reach remote ranks.
+        return ["mpirun", "-np", str(devices), "--map-by", f"ppr:{per_node}:node", "-x", "MASTER_ADDR",
+                "-x", "MASTER_PORT", "-x", "PATH", sys.executable, *WORKER], env
     if launcher == "srun":
         return ["srun", f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
                 sys.executable, *WORKER], env
@@ -84,40 +89,42 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
 
 
 PBS_TEMPLATE = """#!/bin/bash
-# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro with mpiexec
-# (as on ALCF Polaris). Submit with: qsub {path}
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro (as on ALCF
+# Polaris); each point's processes start with {launcher}. Submit with: qsub {path}
 #PBS -N accel-kit-{study}
 #PBS -l select={nodes}
 #PBS -l walltime={walltime}
 #PBS -l filesystems=home
 #PBS -j oe
 ##PBS -A <your project>  # uncomment and set
-##PBS -q <queue>
+##PBS -q <queue>{directives}
 set -euo pipefail
 workdir={workdir}
 cd "${{PBS_O_WORKDIR:-$workdir}}"
-# Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit
-accel-kit run {study} --system {system} --profile {profile} -p launcher mpiexec -p max_nodes {nodes}{extra}
+# Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
 """
 
 SLURM_TEMPLATE = """#!/bin/bash
-# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm with srun.
-# Submit with: sbatch {path}
+# accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm; each point's
+# processes start with {launcher}. Submit with: sbatch {path}
 #SBATCH --job-name=accel-kit-{study}
 #SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node={devices_per_node}
+#SBATCH --ntasks-per-node={tasks_per_node}
 #SBATCH --time={walltime}
 ##SBATCH --account=<your account>  # uncomment and set
-##SBATCH --partition=<partition>
+##SBATCH --partition=<partition>{directives}
 set -euo pipefail
 workdir={workdir}
 cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
-# Activate the environment accel-kit is installed in.
-accel-kit run {study} --system {system} --profile {profile} -p launcher srun -p max_nodes {nodes}{extra}
+# Activate the environment accel-kit is installed in.{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
 """
 
 
 SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE}
+# The launcher a scheduler's script uses unless the system's adapter names another (``JobLaunch``).
+SCHEDULER_LAUNCHER = {"pbs": "mpiexec", "slurm": "srun"}
 # HH:MM:SS, the form both PBS (-l walltime) and Slurm (--time) accept; hours may pass 24.
 _WALLTIME = re.compile(r"(\d+):([0-5]\d):([0-5]\d)")
 
@@ -128,7 +135,9 @@ def _single_quoted(value: str) -> str:
 
 
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
-                     walltime: str, path: str, overrides: list[tuple[str, str]] | None = None) -> str:
+                     walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
+                     launcher: str | None = None, setup: tuple[str, ...] = (),
+                     directives: tuple[str, ...] = (), tasks_per_node: int | None = None) -> str:
     """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes.
 
     Args:
@@ -139,6 +148,10 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         walltime: ``HH:MM:SS``, more than zero.
         path: where the script will be written (named in its comment).
         overrides: ``(name, value)`` parameter overrides, passed on as ``-p name 'value'``.
+        launcher: how each point's ranks start (``LAUNCHERS``); None: the scheduler's own.
+        setup: shell lines run before ``accel-kit run`` (the system adapter's environment).
+        directives: extra scheduler lines, written after the standard ones.
+        tasks_per_node: worker processes a node runs (Slurm's tasks); None: one per device.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
@@ -154,7 +167,13 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     if not match or not any(int(part) for part in match.groups()):
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
                              f"got {walltime!r}")
+    launcher = launcher or SCHEDULER_LAUNCHER[scheduler]
+    if launcher not in LAUNCHERS:
+        raise ParameterError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
     return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
-                                        profile=profile, walltime=walltime, path=path,
-                                        workdir=shlex.quote(os.getcwd()), extra=extra)
+                                        profile=profile, walltime=walltime, path=path, launcher=launcher,
+                                        tasks_per_node=tasks_per_node or devices_per_node,
+                                        workdir=shlex.quote(os.getcwd()), extra=extra,
+                                        setup="".join(f"\n{line}" for line in setup),
+                                        directives="".join(f"\n{line}" for line in directives))

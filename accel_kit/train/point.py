@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -63,7 +63,9 @@ class TrainSpec(BaseModel):
 
 # Resolved per run, not part of what a point *is*: moving outputs/ (data_path), a new peak
 # measurement or another time budget must not make a recorded point run again.
-NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason"}
+NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason",
+              # the adapter's layout: a function of the system (in the key) and its options
+              "processes", "replicas", "steps_per_call"}
 
 
 class Point(BaseModel):
@@ -78,6 +80,8 @@ class Point(BaseModel):
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on the point's process
     time_budget_s: float | None = Field(default=None, gt=0)
     peak: dict[str, Any] | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
+    # The work its records' energy figure counts per joule: "tokens" (tokens_per_j), "flops"; None: none.
+    ENERGY_WORK: ClassVar[str | None] = None
 
     @property
     def nodes(self) -> int:
@@ -117,10 +121,16 @@ class TrainPoint(Point, TrainSpec):
     """One training point, fully resolved; the worker runs exactly this."""
 
     kind: Literal["train"] = "train"
+    ENERGY_WORK: ClassVar[str | None] = "tokens"
     devices_per_node: PositiveInt = 1  # from the system: how the ranks spread over nodes
     micro_batch_size: PositiveInt
     seq_len: PositiveInt
     data_path: str | None = None  # where ``data`` was prepared (None: synthetic)
+    # How the devices run (the adapter's ``layout``): worker processes and data-parallel replicas
+    # (None: one of each per device), and optimizer steps per trainer call.
+    processes: PositiveInt | None = None
+    replicas: PositiveInt | None = None
+    steps_per_call: PositiveInt = 1
 
     @property
     def nodes(self) -> int:
@@ -128,16 +138,21 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def ranks(self) -> int:
-        return self.devices
+        return self.processes or self.devices
 
     @property
     def needs_group(self) -> bool:
         """Several ranks, or DeepSpeed (which initialises torch.distributed itself): run under a launcher."""
-        return self.devices > 1 or self.engine == "deepspeed"
+        return self.ranks > 1 or self.engine == "deepspeed"
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.replicas or self.devices
 
     @property
     def global_batch_size(self) -> int:
-        return self.micro_batch_size * self.gas * self.devices
+        """Samples per optimizer step, over all replicas."""
+        return self.micro_batch_size * self.gas * self.data_parallel_size
 
     def label(self) -> str:
         return f"{self.preset} {self.precision} n={self.devices} mb={self.micro_batch_size} gas={self.gas} " \

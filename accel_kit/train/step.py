@@ -57,15 +57,21 @@ def cast_for_precision(model: nn.Module, precision: str) -> nn.Module:
     return model.to(torch.bfloat16) if precision == "bf16" else model
 
 
+def param_groups(model: nn.Module | list[torch.Tensor], weight_decay: float) -> list[dict]:
+    """AdamW's two parameter groups: weight decay on matrices only (not biases, LayerNorm); an empty
+    group is left out (some vendors' fused optimizers reject one)."""
+    params = [p for p in (model.parameters() if isinstance(model, nn.Module) else model) if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
 def make_optimizer(model: nn.Module | list[torch.Tensor], cfg: OptimConfig, *,
                    fused: bool = False) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only (not biases, LayerNorm); ``fused`` where the device has it
-    (the adapter's ``fused_optimizer()``): one kernel for all parameters instead of a dozen per tensor."""
-    params = [p for p in (model.parameters() if isinstance(model, nn.Module) else model) if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
+    """AdamW over ``param_groups``; ``fused`` where the device has it (the adapter's ``fused_optimizer()``):
+    one kernel for all parameters instead of a dozen per tensor."""
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             fused=fused)
 
 
 def learning_rate(step: int, cfg: OptimConfig) -> float:

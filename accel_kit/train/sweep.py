@@ -28,7 +28,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from accel_kit import peaks, results
+from accel_kit import energy, peaks, results
 from accel_kit.train.launch import worker_command
 from accel_kit.train.point import Point
 
@@ -81,6 +81,7 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
                                         force_group=launcher == "local" and point.needs_group)
     except ValueError as exc:
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
+    cmd = _adapter_of(point.system).launch_prefix(point, launcher) + cmd  # a vendor's own process launcher
     # The results folder may be on a shared filesystem that every node sees; the temp dir is for
     # single-node runs, where it is as good and always writable.
     with tempfile.TemporaryDirectory(prefix="accel-kit-point-", dir=os.environ.get("ACCEL_KIT_POINT_DIR")) as tmp:
@@ -108,6 +109,15 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         oom = "can't allocate memory" in text or "out of memory" in text.lower() or proc.returncode == -9
         return {"status": "oom" if oom else "error", "traceback": _tail(output, 60),
                 "reason": f"worker exited with status {proc.returncode}: {text[-300:]}", "metrics": {}}
+
+
+def _adapter_of(system_id: str):
+    """The system's adapter, unchecked (the worker checks availability and says why in the record)."""
+    from accel_kit.devices import get_adapter
+    from accel_kit.systems import load_system
+
+    system = load_system(system_id)
+    return get_adapter(system.adapter, system.options)
 
 
 def _tail(output: bytes | None, lines: int) -> str:
@@ -186,7 +196,9 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             study=study, system=point.system, status=result["status"], reason=result.get("reason"),
             device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
             params=extra_params | point.record_params() | {"point_key": key},
-            metrics=result.get("metrics", {}), times_s=result.get("times_s"),
+            # every record carries the energy fields: a point that measured none says why
+            metrics=energy.fill_missing(result.get("metrics", {}), point.ENERGY_WORK, result["status"],
+                                        result.get("reason")), times_s=result.get("times_s"),
             warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment(),
             traceback=result.get("traceback"))
         results.append_record(records_path, record)

@@ -54,6 +54,7 @@ def over_budget_before_start(point, adapter, flops: float) -> str | None:
 
 def measure_point(point, rank: int, world: int) -> dict:
     """Build, warm up and time a training point; returns {status, reason?, metrics, times_s, warmup_times_s, env}."""
+    from accel_kit import energy
     from accel_kit import flops as F
     from accel_kit import peaks, results
     from accel_kit.data import SyntheticBatches, open_batches
@@ -80,11 +81,17 @@ def measure_point(point, rank: int, world: int) -> dict:
     n_params = count_params(point.preset, **overrides)
     flops_per_token = F.gpt_flops_per_token(cfg.n_layers, cfg.hidden_size, point.seq_len, cfg.padded_vocab_size,
                                             mlp_ratio=cfg.mlp_ratio)
-    tokens_per_step_per_device = point.micro_batch_size * point.gas * point.seq_len
-    flops_per_step_per_device = flops_per_token * tokens_per_step_per_device
-    base = {"n_params": n_params, "flops": flops_per_step_per_device, "flops_per_token": flops_per_token,
-            "global_batch_size": point.global_batch_size, "data_parallel_size": world,
-            "tokens_per_step": tokens_per_step_per_device * world}
+    # One timed call (trainer.step()) runs ``steps_per_call`` optimizer steps of the global batch
+    # (micro-batch x gas x replicas), shared by the point's devices: with torch's data parallelism
+    # (one replica per device, one step per call) each device's micro-batch x gas. The adapter's
+    # layout says otherwise where replicas and devices differ (a pipeline, a replica per half device).
+    samples_per_call = point.global_batch_size * point.steps_per_call
+    tokens_per_call = samples_per_call * point.seq_len
+    tokens_per_call_per_device = _share(tokens_per_call, point.devices)
+    flops_per_call_per_device = _share(flops_per_token * tokens_per_call, point.devices)
+    base = {"n_params": n_params, "flops": flops_per_call_per_device, "flops_per_token": flops_per_token,
+            "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
+            "tokens_per_step": point.global_batch_size * point.seq_len}
     out = {"metrics": base, "env": env, "model": point.preset}
 
     zero_shards = world if point.engine == "deepspeed" else 1
@@ -105,15 +112,17 @@ def measure_point(point, rank: int, world: int) -> dict:
     if not fits(least, device_bytes):
         return not_fit(least)
     steps_total = point.warmup_steps + point.steps + point.dense_finetune_steps
-    why = over_budget_before_start(point, adapter, flops_per_step_per_device * steps_total)
+    why = over_budget_before_start(point, adapter, flops_per_call_per_device * steps_total)
     if why:
         return out | {"status": "skipped", "reason": why}
 
     # Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
+    # A device whose graph compiler lowers attention itself says so instead of a probe of torch's dispatch.
+    known = adapter.attention_kernel(point)
     try:
-        base |= probe_attention_kernel(point.attention_kernel, n_heads=cfg.n_heads,
-                                       head_dim=cfg.hidden_size // cfg.n_heads, seq_len=point.seq_len,
-                                       device=device, dtype=None if point.precision == "fp32" else dtype)
+        base |= known if known is not None else probe_attention_kernel(
+            point.attention_kernel, n_heads=cfg.n_heads, head_dim=cfg.hidden_size // cfg.n_heads,
+            seq_len=point.seq_len, device=device, dtype=None if point.precision == "fp32" else dtype)
     except AttentionKernelUnavailable as exc:
         return out | {"status": "unsupported", "reason": str(exc)}
     full = estimate(flash=base["attention_kernel_ran"] != "math")
@@ -139,13 +148,15 @@ def measure_point(point, rank: int, world: int) -> dict:
                                    after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    meter = adapter.energy_meter(local_rank)  # opened now: its setup (a library, a driver handle) is not timed
     try:
         adapter.reset_peak_memory()
         with attention_context(point.attention_kernel):  # also covers checkpointed recomputation in backward
             # trainer.step() returns the loss as a float, which syncs the device; measure syncs around it too.
             timing = measure(lambda: losses.append(trainer.step()), adapter.synchronize,
                              warmup=point.warmup_steps, trials=point.steps, budget_s=point.time_budget_s,
-                             extra_iterations=point.dense_finetune_steps)
+                             extra_iterations=point.dense_finetune_steps, meter=meter)
             sparse_metrics = sparse.metrics()  # measured after the last step: the masks held
             finetune_losses: list[float] = []
             if point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
@@ -162,18 +173,19 @@ def measure_point(point, rank: int, world: int) -> dict:
     # The slowest rank sets the pace of a synchronous data-parallel step.
     from accel_kit.timing import Timing
 
+    window = _reduce_energy(timing.energy, adapter.collective_device(device), world, local_rank)
     times = _reduce_max(timing.times_s, adapter.collective_device(device), world)
     mem = int(_reduce_max([float(mem or 0)], adapter.collective_device(device), world)[0]) if mem is not None else None
     timing = Timing(times_s=times, warmup_times_s=timing.warmup_times_s)
-    step_s = timing.median_s
-    achieved = F.tflops(flops_per_step_per_device, step_s)
+    step_s = timing.median_s  # one trainer call
+    achieved = F.tflops(flops_per_call_per_device, step_s)
     metrics = base | timing.summary() | {
-        "step_time_s": step_s,
-        "tokens_per_s": tokens_per_step_per_device * world / step_s,
-        "tokens_per_s_per_device": tokens_per_step_per_device / step_s,
-        "samples_per_s": point.global_batch_size / step_s,
+        "step_time_s": step_s / point.steps_per_call,  # one optimizer step
+        "tokens_per_s": tokens_per_call / step_s,
+        "tokens_per_s_per_device": tokens_per_call_per_device / step_s,
+        "samples_per_s": samples_per_call / step_s,
         # GenSLM's own measure: global batch over the *mean* step time, warm-up excluded.
-        "samples_per_s_mean": point.global_batch_size / timing.mean_s,
+        "samples_per_s_mean": samples_per_call / timing.mean_s,
         "tflops_per_device": achieved,
         **peaks.mfu_metrics(achieved, device_model, point.precision, point.peak),
         "mem_peak_gib": mem / GiB if mem is not None else None,
@@ -181,16 +193,55 @@ def measure_point(point, rank: int, world: int) -> dict:
         "loss_last": losses[-1],
         "losses": losses,
     }
-    metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_step_per_device,
-                              tokens_per_step_per_device, step_s, finetune_losses)
-    return out | {"status": "ok", "metrics": metrics, "times_s": times, "warmup_times_s": timing.warmup_times_s,
-                  "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
+    metrics |= record_metrics(sparse_metrics, cfg, point.seq_len, flops_per_call_per_device,
+                              tokens_per_call_per_device, step_s, finetune_losses)
+    timed = {"times_s": times, "warmup_times_s": timing.warmup_times_s}
+    try:  # every device's energy over the timed steps, against every token they trained on
+        metrics |= energy.energy_fields(window, work="tokens", amount=tokens_per_call * point.steps)
+    except energy.ImplausibleEnergy as exc:
+        return out | timed | {"status": "error", "reason": f"implausible energy reading: {exc}",
+                              "metrics": metrics | energy.null_fields(str(exc), "tokens")}
+    return out | timed | {"status": "ok", "metrics": metrics, "summary": f"{metrics['tokens_per_s']:.0f} tok/s"}
+
+
+def _reduce_energy(window, device: torch.device, world: int, local_rank: int):
+    """The point's energy over all ranks: each device's counted once (a host's shared counter by its local rank 0)."""
+    if world == 1 or window is None:
+        return window
+    import dataclasses
+    import math
+
+    source = window.source
+    shared = source is not None and source.scope == "host"
+    counts = not (shared and local_rank != 0)  # a host counter is summed once per host
+    nan = float("nan")
+    mine = [window.energy_j if window.energy_j is not None else nan,
+            (source.rated_power_w or nan) if source is not None else nan]
+    t = torch.tensor(mine if counts else [0.0, 0.0], dtype=torch.float32, device=device)  # float32: Gaudi has no float64
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    total_j, rated_w = t.tolist()
+    window_s = _reduce_max([window.window_s], device, world)[0]
+    if source is not None:
+        where = "hosts" if shared else "ranks"
+        source = dataclasses.replace(source, counter=f"{source.counter}, summed over the point's {where}",
+                                     rated_power_w=None if math.isnan(rated_w) else rated_w)
+    if math.isnan(total_j):
+        reason = window.reason if window.energy_j is None else "another rank had no energy reading"
+        return dataclasses.replace(window, energy_j=None, window_s=window_s, source=source,
+                                   reason=reason or "a rank had no energy reading")
+    return dataclasses.replace(window, energy_j=total_j, window_s=window_s, source=source)
+
+
+def _share(total: int, devices: int) -> int | float:
+    """``total`` per device: an integer where it divides evenly (FLOPs and tokens stay exact)."""
+    return total // devices if total % devices == 0 else total / devices
 
 
 def _reduce_max(values: list[float], device: torch.device, world: int) -> list[float]:
     if world == 1:
         return values
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+    # float32: not every accelerator has float64 (seconds and bytes keep 7 significant digits).
+    t = torch.tensor(values, dtype=torch.float32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
