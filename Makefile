@@ -9,6 +9,7 @@ SYSTEM   ?= cpu
 PROFILE  ?= quick
 OUTPUTS  ?= outputs
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+STUDY_NOTEBOOKS := $(filter-out notebooks/report.ipynb,$(NOTEBOOKS))
 CONSTRAINTS ?= constraints-cpu.txt
 PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
 
@@ -24,16 +25,21 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# Every study notebook on $(SYSTEM) with $(PROFILE): executed notebooks, records and figures under $(OUTPUTS)/.
+# Every study notebook on $(SYSTEM) with $(PROFILE): executed notebooks, records and figures under $(OUTPUTS)/;
+# then the cross-system report of every record there (notebooks/report.ipynb) as $(OUTPUTS)/report.html.
 run: install
 	@mkdir -p $(OUTPUTS)/notebooks
-	@set -e; for nb in $(NOTEBOOKS); do \
+	@set -e; for nb in $(STUDY_NOTEBOOKS); do \
 	  name=$$(basename $$nb .ipynb); \
 	  echo "== $$name on $(SYSTEM) ($(PROFILE))"; \
 	  $(BIN)/papermill --cwd notebooks -k python3 $$nb $(OUTPUTS)/notebooks/$$name-$(SYSTEM)-$(PROFILE).ipynb \
 	    -p system $(SYSTEM) -p profile $(PROFILE); \
 	done
+	@echo "== report"
+	@$(BIN)/papermill --cwd notebooks -k python3 notebooks/report.ipynb $(OUTPUTS)/notebooks/report.ipynb \
+	  -p out $(abspath $(OUTPUTS))/report.html
 	@echo "results: $(OUTPUTS)/<study>/<system>.jsonl, figures: $(OUTPUTS)/<study>/figures/, notebooks: $(OUTPUTS)/notebooks/"
+	@echo "report: $(OUTPUTS)/report.html (opens offline; accel-kit report A/outputs B/outputs merges machines)"
 
 # Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
 # (make run runs the quick one); results go to a scratch folder.

@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--probe-ranks", type=int, default=2, help="processes in the probe (default: 2)")
     pred.set_defaults(func=_cmd_predict)
 
+    from accel_kit.report.cli import add_report_parser
+
+    add_report_parser(sub)
+
     systems = sub.add_parser("systems", help="list systems and whether each is available here")
     systems.set_defaults(func=_cmd_systems)
     return parser

@@ -55,15 +55,15 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
         set(df[facet]) - set(facet_order or []))
     fig = make_subplots(rows=1, cols=len(facets), subplot_titles=[str(f) for f in facets], shared_yaxes=True)
     colors = _colors(sorted(df["_group"].unique()))
-    hover = [h for h in (hover or []) if h in df.columns]
+    hover = _hover_columns(df, hover)
     for col, fval in enumerate(facets, 1):
         sub = df[df[facet] == fval]
         for name, part in sub.groupby("_group", sort=True):
             part = part.sort_values(x)
             fig.add_trace(go.Bar(
                 x=part[x].astype(str), y=part[y], name=name, legendgroup=name, showlegend=col == 1,
-                marker_color=colors[name], customdata=part[hover].to_numpy() if hover else None,
-                hovertemplate=_hovertemplate(x, y, hover)), row=1, col=col)
+                marker_color=colors[name], customdata=_customdata(part, hover),
+                hovertemplate=_hovertemplate(x, y, hover, df)), row=1, col=col)
         fig.update_xaxes(title_text=x_title, type="category", row=1, col=col)
     fig.update_yaxes(title_text=y_title, row=1, col=1)
     fig.update_layout(title=title, barmode="group", template=_TEMPLATE, legend_title_text=" · ".join(varying) or group[0],
@@ -77,13 +77,13 @@ def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_ti
     varying = [g for g in group if g in df.columns and df[g].nunique() > 1] or group[:1]
     df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
     colors = _colors(sorted(df["_group"].unique()))
-    hover = [h for h in (hover or []) if h in df.columns]
+    hover = _hover_columns(df, hover)
     fig = go.Figure()
     for name, part in df.groupby("_group", sort=True):
         part = part.sort_values(x)
         fig.add_trace(go.Scatter(x=part[x], y=part[y], name=name, mode="lines+markers",
-                                 line_color=colors[name], customdata=part[hover].to_numpy() if hover else None,
-                                 hovertemplate=_hovertemplate(x, y, hover)))
+                                 line_color=colors[name], customdata=_customdata(part, hover),
+                                 hovertemplate=_hovertemplate(x, y, hover, df)))
     fig.update_layout(title=title, template=_TEMPLATE, xaxis_title=x_title, yaxis_title=y_title,
                       legend_title_text=" · ".join(varying), height=450, width=750)
     if log_x:
@@ -111,8 +111,36 @@ def energy_line(df: pd.DataFrame, *, x: str, group: list[str], title: str, x_tit
                 y_title="tokens / J", log_x=log_x, hover=["tokens_per_s", "power_avg_w", "energy_j"])
 
 
-def _hovertemplate(x: str, y: str, hover: list[str]) -> str:
-    lines = [f"{x}=%{{x}}", f"{y}=%{{y:.3g}}"] + [f"{h}=%{{customdata[{i}]:.3g}}" for i, h in enumerate(hover)]
+# Where a figure's rows carry them, every point's hover names its record (the cross-system
+# report adds ``provenance``: date, commit, device, versions), so a number leads to its record.
+_PROVENANCE = ("record_id", "provenance")
+
+
+def _hover_columns(df: pd.DataFrame, hover: list[str] | None) -> list[str]:
+    cols = [h for h in (hover or []) if h in df.columns and h not in _PROVENANCE]
+    return cols + [c for c in _PROVENANCE if c in df.columns]
+
+
+def _customdata(part: pd.DataFrame, hover: list[str]):
+    if not hover:
+        return None
+    data = part[hover].copy()
+    if "record_id" in data:
+        data["record_id"] = data["record_id"].astype(str).str[:12]
+    return data.to_numpy()
+
+
+def _hovertemplate(x: str, y: str, hover: list[str], df: pd.DataFrame | None = None) -> str:
+    lines = [f"{x}=%{{x}}", f"{y}=%{{y:.3g}}"]
+    for i, h in enumerate(hover):
+        if h == "record_id":
+            lines.append(f"record %{{customdata[{i}]}}")
+        elif h == "provenance":
+            lines.append(f"%{{customdata[{i}]}}")
+        elif df is not None and not pd.api.types.is_numeric_dtype(df[h]):
+            lines.append(f"{h}=%{{customdata[{i}]}}")
+        else:
+            lines.append(f"{h}=%{{customdata[{i}]:.3g}}")
     return "<br>".join(lines) + "<extra>%{fullData.name}</extra>"
 
 

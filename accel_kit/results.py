@@ -119,12 +119,23 @@ def iter_records(path: str | os.PathLike) -> Iterable[dict]:
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
     for file in files:
         with open(file, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                if not raw.endswith(b"\n"):
-                    warnings.warn(f"{file}:{lineno}: skipping an incomplete final record")
-                    continue
-                if raw.strip():
-                    yield json.loads(raw)
+            yield from read_jsonl(f, str(file))
+
+
+def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[dict]:
+    """Records from the lines of one JSON Lines file (``name`` for messages); an incomplete
+    final line is skipped with a warning, a line that is not JSON is a one-line DataError."""
+    from accel_kit.errors import DataError
+
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.endswith(b"\n"):
+            warnings.warn(f"{name}:{lineno}: skipping an incomplete final record")
+            continue
+        if raw.strip():
+            try:
+                yield json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{name}:{lineno}: not a JSON record ({exc.msg})") from None
 
 
 def load(path: str | os.PathLike) -> pd.DataFrame:
@@ -133,8 +144,14 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     Columns: the record's own fields, then every parameter and metric flattened to the top
     level (metric names carry units), then ``env.*``. Missing metrics are NaN.
     """
+    return frame(iter_records(path))
+
+
+def frame(records: Iterable[dict]) -> pd.DataFrame:
+    """Records as a DataFrame, flattened as ``load`` describes (the cross-system report reads
+    records from several folders and archives, then frames them here)."""
     rows = []
-    for rec in iter_records(path):
+    for rec in records:
         row = {k: v for k, v in rec.items() if k not in ("params", "metrics", "env")}
         row.update(rec.get("params", {}))
         row.update(rec.get("metrics", {}))

@@ -41,7 +41,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = results.latest(df, KEYS).sort_values(KEYS).copy()
     cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", *energy.table_columns(df),
-                   "mfu_measured_pct", "reason"]
+                   "mfu_measured_pct", "reason", "record_id"]
     df = df[[c for c in cols if c in df.columns]].reset_index(drop=True)
     base = df[(df["gas"] == df.groupby(KEYS[:-1])["gas"].transform("min")) & (df["status"] == "ok")]
     base = base.set_index(KEYS[:-1])["tokens_per_s"]

@@ -175,7 +175,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["system", "preset", "n_params", "vocab_size", "seq_len", "precision", "micro_batch_size",
             "global_batch_size", "activation_checkpointing", "attention_kernel", "attention_kernel_ran", "status",
             "tokens_per_s", "samples_per_s_mean", *energy.table_columns(df), "tflops_per_device", "mfu_pct",
-            "mfu_measured_pct", "mem_peak_gib", "mem_estimate_gib", "steps", "loss_last", "reason"]
+            "mfu_measured_pct", "mem_peak_gib", "mem_estimate_gib", "steps", "loss_last", "reason", "record_id"]
     df = _ordered(df)
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 

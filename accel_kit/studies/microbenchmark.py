@@ -229,7 +229,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = results.latest(df, TABLE_KEYS)
     cols = TABLE_KEYS + ["status", "tflops", *energy.table_columns(df, "flops"), "mfu_pct", "mfu_measured_pct",
-                         "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason"]
+                         "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason", "record_id"]
     cols = [c for c in cols if c in df.columns]
     return df[cols].sort_values(TABLE_KEYS).reset_index(drop=True)
 

@@ -49,7 +49,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                                             "tokens_per_s_per_device": r.get("tokens_per_s_per_device"),
                                             "mfu_measured_pct": r.get("mfu_measured_pct"),
                                             **{c: r.get(c) for c in energy_cols},
-                                            "reason": r.get("reason")}
+                                            "reason": r.get("reason"), "record_id": r.get("record_id")}
             if base is not None and r["status"] == "ok":
                 speedup = r["tokens_per_s"] / base["tokens_per_s"]
                 row["speedup"] = speedup

@@ -39,7 +39,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         return df
     df = results.latest(df, KEYS).sort_values(KEYS)
     cols = KEYS + ["status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
-                   "mem_estimate_gib", "mfu_measured_pct", "reason"]
+                   "mem_estimate_gib", "mfu_measured_pct", "reason", "record_id"]
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 
 

@@ -187,6 +187,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                 "finetune_loss_final": final_loss(r.get("finetune_losses")) if ok else None,
                 "sparse_execution": r.get("sparse_execution"),
                 "reason": r.get("reason"),
+                "record_id": r.get("record_id"),
             }
             if base is not None and ok:
                 row["loss_gap_pct"] = 100 * (row["loss_final"] / final_loss(base.get("losses")) - 1)
@@ -205,7 +206,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
              "speedup_vs_dense", "ideal_speedup", "tflops_per_device", "tflops_effective_per_device",
              "mfu_measured_pct", "mfu_pct", "loss_final", "loss_gap_pct", "finetune_loss_final", "finetune_gap_pct",
              "loss_curve_run"]
-    last = ["sparse_execution", "reason"]
+    last = ["sparse_execution", "reason", "record_id"]
     middle = [c for c in out.columns if c not in first and c not in last]
     return out[first + middle + last].reset_index(drop=True)
 
@@ -288,31 +289,42 @@ def _loss_figure(curves: pd.DataFrame):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    series, switch = {}, []
+    series, switch, records = {}, [], {}
+    systems = sorted(set(curves["system"]))  # several machines' runs: one dash style each
     for _, r in curves.iterrows():
         tail = list(r["finetune_losses"]) if isinstance(r.get("finetune_losses"), list) else []
         label = config_label(r["sparsity_pattern"], r["sparsity"])
         name = label if curves["preset"].nunique() == 1 else f"{r['preset']} · {label}"
-        series[(r["preset"], label, name)] = pd.Series(list(r["losses"]) + tail, dtype=float)
+        if len(systems) > 1:
+            name = f"{r['system']} · {name}"
+        key = (r["system"], r["preset"], label, name)
+        series[key] = pd.Series(list(r["losses"]) + tail, dtype=float)
+        records[key] = str(r.get("record_id") or "")[:12]
         if tail:
             switch.append(len(r["losses"]))
-    order = _order(label for _, label, _ in series)
+    order = _order(label for _, _, label, _ in series)
     palette = px.colors.qualitative.Safe
     colors = {label: palette[i % len(palette)] for i, label in enumerate(order)}
+    dashes = ["solid", "dash", "dot", "dashdot"]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.06)
     smooth = lambda v: v.rolling(LOSS_WINDOW, min_periods=1).mean()  # noqa: E731
-    for (preset, label, name), loss in sorted(series.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+    for key, loss in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1], order.index(kv[0][2]))):
+        system, preset, label, name = key
         steps = list(range(1, len(loss) + 1))
-        style = dict(color=colors[label], width=3 if label == "dense" else 2)
+        style = dict(color=colors[label], width=3 if label == "dense" else 2,
+                     dash=dashes[systems.index(system) % len(dashes)])
+        record = f"<br>record {records[key]}" if records[key] else ""
         fig.add_trace(go.Scatter(x=steps, y=smooth(loss), name=name, legendgroup=name, mode="lines", line=style,
-                                 hovertemplate="step %{x}<br>loss %{y:.3f}<extra>" + name + "</extra>"), row=1, col=1)
-        dense = series.get(next((k for k in series if k[0] == preset and k[1] == "dense"), None))
+                                 hovertemplate="step %{x}<br>loss %{y:.3f}" + record + "<extra>" + name + "</extra>"),
+                      row=1, col=1)
+        dense = series.get(next((k for k in series if k[:2] == (system, preset) and k[2] == "dense"), None))
         if dense is not None and label != "dense":
             n = min(len(dense), len(loss))
             gap = smooth(100 * (loss[:n] / dense[:n] - 1))
             fig.add_trace(go.Scatter(x=steps[:n], y=gap, name=name, legendgroup=name, showlegend=False,
                                      mode="lines", line=style,
-                                     hovertemplate="step %{x}<br>%{y:.2f} % above dense<extra>" + name + "</extra>"),
+                                     hovertemplate="step %{x}<br>%{y:.2f} % above dense" + record
+                                     + "<extra>" + name + "</extra>"),
                           row=2, col=1)
     fig.add_hline(y=0, line_color="grey", row=2, col=1)
     if switch:
@@ -338,7 +350,7 @@ def _gap_figure(gaps: pd.DataFrame):
             rows.append({**r.to_dict(), "phase": "then dense fine-tuning", "gap": r["finetune_gap_pct"]})
     long = pd.DataFrame(rows)
     long["config"] = pd.Categorical(long["config"], categories=_order(long["config"]), ordered=True)
-    fig = plots.grouped_bars(long, x="config", y="gap", facet="preset", group=["phase"],
+    fig = plots.grouped_bars(long, x="config", y="gap", facet="preset", group=["system", "phase"],
                              title=f"Final loss gap to dense (mean of the last {LOSS_WINDOW} steps of each phase)",
                              x_title="weight sparsity", y_title="loss above dense (%)",
                              hover=["loss_final", "sparsity_measured"])

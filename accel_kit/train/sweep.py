@@ -199,7 +199,8 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             # every record carries the energy fields: a point that measured none says why
             metrics=energy.fill_missing(result.get("metrics", {}), point.ENERGY_WORK, result["status"],
                                         result.get("reason")), times_s=result.get("times_s"),
-            warmup_times_s=result.get("warmup_times_s"), env=result.get("env") or results.environment(),
+            warmup_times_s=result.get("warmup_times_s"),
+            env=(result.get("env") or results.environment()) | {"system": _system_provenance(point.system)},
             traceback=result.get("traceback"))
         results.append_record(records_path, record)
         records.append(record)
@@ -208,6 +209,20 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
         if result["status"] == "ok":
             bar.set_postfix_str(f"{label}: {result.get('summary', 'ok')}")
     return records
+
+
+def _system_provenance(system_id: str) -> dict:
+    """What the record says of the system it ran on: its YAML's description and device, so that
+    a report read on another machine (without that YAML) still tells what the system was."""
+    from accel_kit.errors import AccelKitError
+    from accel_kit.systems import load_system
+
+    try:
+        system = load_system(system_id)
+    except AccelKitError as exc:  # a YAML removed or broken since the sweep began: record anyway
+        return {"id": system_id, "description": None, "reason": f"no system description: {exc}"}
+    return {"id": system.id, "description": system.description, "device_model": system.device_model,
+            "devices_per_node": system.devices_per_node}
 
 
 def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None) -> None:

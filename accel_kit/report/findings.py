@@ -1,0 +1,212 @@
+"""Findings computed from the records, each citing the records it rests on (never written by hand).
+
+Throughput is compared only between records of one configuration (the study's model, sizes,
+device count and precision; ``HEADLINE``): the paper names unequal batch sizes, GAS and
+precision as what makes cross-system comparisons unfair, so a finding never ranks two
+systems on different work.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pandas as pd
+
+from accel_kit.report import render as R
+from accel_kit.report.render import esc
+from accel_kit.report.sections import Context, Section, _study_table
+
+# study -> (metric, unit, the parameters two records must share to be compared)
+HEADLINE: dict[str, tuple[str, str, list[str]]] = {
+    "microbenchmark": ("tflops", "TFLOP/s", ["model", "impl", "seq_len", "batch_size", "direction"]),
+    "scaling": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "gas", "devices"]),
+    "seq_length": ("tokens_per_s", "tokens/s", ["preset", "micro_batch_size", "devices", "seq_len"]),
+    "gas": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "devices", "micro_batch_size", "gas"]),
+    "sparsity": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "steps", "sparsity_pattern",
+                                              "sparsity"]),
+    "genslm": ("samples_per_s_mean", "samples/s", ["preset", "vocab_size", "micro_batch_size", "devices",
+                                                   "seq_len"]),
+}
+
+
+def _config(row: pd.Series, keys: list[str]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {R.short(row[k], 40)}" for k in keys
+                     if k in row and not R.is_missing(row[k]))
+
+
+def fastest(ctx: Context) -> list[str]:
+    """Per study and precision: the system fastest on the points more than one system measured."""
+    out = []
+    for study, (metric, unit, keys) in HEADLINE.items():
+        df = ctx.study(study)
+        if df.empty or metric not in df.columns:
+            continue
+        ok = df[(df["status"] == "ok") & df[metric].notna()]
+        for precision, sub in ok.groupby("precision", sort=True):
+            keys_here = [k for k in keys if k in sub.columns]
+            head = f"<b>{esc(study)}, {esc(precision)}</b>: "
+            systems = sorted(sub["system"].unique())
+            shared = [g for _, g in sub.groupby(keys_here, dropna=False) if g["system"].nunique() > 1]
+            if shared:
+                wins = Counter(g.loc[g[metric].idxmax(), "system"] for g in shared)
+                n = max(wins.values())
+                winners = sorted(s for s, w in wins.items() if w == n)
+                # The example: the largest of the points the (first) winner won.
+                won = [g for g in shared if g.loc[g[metric].idxmax(), "system"] == winners[0]]
+                g = max(won, key=lambda g: g[metric].max())
+                g = g.sort_values(metric, ascending=False)
+                best, second = g.iloc[0], g.iloc[1]
+                who = (f"{esc(winners[0])} is fastest" if len(winners) == 1
+                       else f"{esc(' and '.join(winners))} are each fastest")
+                out.append(head + f"{who} at {n} of {len(shared)} points measured by more than "
+                           f"one system; e.g. at {esc(_config(best, keys_here))}: {esc(best['system'])} "
+                           f"{R.fmt_num(best[metric])} against {esc(second['system'])} "
+                           f"{R.fmt_num(second[metric])} {unit} ({R.fmt_ratio(best[metric] / second[metric])})"
+                           + ctx.cite.refs([best["record_id"], second["record_id"]]))
+            elif len(systems) == 1:
+                best = sub.loc[sub[metric].idxmax()]
+                out.append(head + f"only {esc(systems[0])} has ok {esc(precision)} records; its best: "
+                           f"{R.fmt_num(best[metric])} {unit} at {esc(_config(best, keys_here))}"
+                           + ctx.cite.refs([best["record_id"]]))
+            else:
+                parts = []
+                for system in systems:
+                    best = sub[sub["system"] == system]
+                    best = best.loc[best[metric].idxmax()]
+                    parts.append(f"{esc(system)} {R.fmt_num(best[metric])} {unit} at {esc(_config(best, keys_here))}"
+                                 + ctx.cite.refs([best["record_id"]]))
+                out.append(head + "no point was measured by more than one system, so none is ranked; best of "
+                           "each: " + "; ".join(parts))
+    return out
+
+
+def scaling_efficiency(ctx: Context) -> list[str]:
+    """Per system: the scaling efficiency at the largest device count that ran."""
+    t = _study_table(ctx, "scaling")
+    out = []
+    if t.empty:
+        return out
+    for (system, preset, precision), g in t.groupby(["system", "preset", "precision"], sort=True):
+        ok = g[g["status"] == "ok"].sort_values("devices")
+        head = f"<b>{esc(system)}</b> ({esc(preset)}, {esc(precision)}): "
+        failed = g[(g["status"] != "ok") & (g["devices"] > (ok["devices"].max() if not ok.empty else 0))]
+        tail = ""
+        if not failed.empty:
+            f = failed.sort_values("devices").iloc[0]
+            tail = (f"; {int(f['devices'])} devices did not run: {esc(f['status'])} "
+                    f"({esc(R.short(f.get('reason'), 120))})" + ctx.cite.refs([f["record_id"]]))
+        if len(ok) < 2:
+            what = (f"only {int(ok['devices'].iloc[0])} device(s) ran ok, so no efficiency" if len(ok)
+                    else "no device count ran ok")
+            out.append(head + what + (ctx.cite.refs(list(ok["record_id"])) if len(ok) else "") + tail)
+            continue
+        base, top = ok.iloc[0], ok.iloc[-1]
+        out.append(head + f"scaling efficiency {R.fmt_pct(top['scaling_efficiency_pct'])} at {int(top['devices'])} "
+                   f"devices (speedup {R.fmt_ratio(top['speedup'])} over {int(base['devices'])})"
+                   + ctx.cite.refs([base["record_id"], top["record_id"]]) + tail)
+    return out
+
+
+def longest_sequence(ctx: Context) -> list[str]:
+    """Per system and configuration: the longest sequence that fit, and the first that did not."""
+    out = []
+    for study, group in (("seq_length", ["system", "preset", "precision", "devices"]),
+                         ("genslm", ["system", "preset", "precision"])):
+        t = _study_table(ctx, study)
+        if t.empty:
+            continue
+        group = [k for k in group if k in t.columns]
+        for key, g in t.groupby(group, sort=True):
+            ok = g[g["status"] == "ok"].sort_values("seq_len")
+            label = ", ".join(R.fmt_key(k) for k in key[1:]) + (" device(s)" if "devices" in group else "")
+            head = f"<b>{esc(key[0])}</b> ({esc(study)}, {esc(label)}): "
+            top = ok["seq_len"].max() if not ok.empty else 0
+            beyond = g[(g["status"] != "ok") & (g["seq_len"] > top)].sort_values("seq_len")
+            text = (f"longest sequence that fit {int(top):,} tokens" + ctx.cite.refs([ok.iloc[-1]["record_id"]])
+                    if not ok.empty else "no length ran ok")
+            if not beyond.empty:
+                b = beyond.iloc[0]
+                text += (f"; {int(b['seq_len']):,} did not: {esc(b['status'])} ({esc(R.short(b.get('reason'), 120))})"
+                         + ctx.cite.refs([b["record_id"]]))
+            elif not ok.empty:
+                text += "; every longer length asked for also ran" if len(ok) == len(g) else ""
+            out.append(head + text)
+    return out
+
+
+def sparse_dense(ctx: Context) -> list[str]:
+    """Per system and preset: throughput at the highest sparsity that ran, relative to dense."""
+    t = _study_table(ctx, "sparsity")
+    out = []
+    if t.empty:
+        return out
+    ok = t[(t["status"] == "ok") & t["speedup_vs_dense"].notna() & (t["sparsity"] > 0)]
+    for (system, preset), g in ok.groupby(["system", "preset"], sort=True):
+        top = g.sort_values(["sparsity", "tokens_per_s"]).iloc[-1]
+        dense = t[(t["system"] == system) & (t["preset"] == preset) & (t["config"] == "dense") & (t["status"] == "ok")]
+        ideal = (f"; the FLOP-proportional ideal is {R.fmt_ratio(top['ideal_speedup'])}"
+                 if not R.is_missing(top.get("ideal_speedup")) else "")
+        out.append(f"<b>{esc(system)}</b> ({esc(preset)}): {esc(top['config'])} runs at "
+                   f"{R.fmt_ratio(top['speedup_vs_dense'])} the dense tokens/s ({esc(top.get('execution') or '?')})"
+                   f"{ideal}" + ctx.cite.refs(list(dense["record_id"][:1]) + [top["record_id"]]))
+    return out
+
+
+def gas_gain(ctx: Context) -> list[str]:
+    """Per system and micro-batch: the largest gain of a larger GAS over the smallest."""
+    t = _study_table(ctx, "gas")
+    out = []
+    if t.empty:
+        return out
+    ok = t[(t["status"] == "ok") & t["gain_vs_smallest_gas"].notna()]
+    for (system, mb), g in ok.groupby(["system", "micro_batch_size"], sort=True):
+        if g["gas"].nunique() < 2:
+            continue
+        base, top = g.sort_values("gas").iloc[0], g.loc[g["gain_vs_smallest_gas"].idxmax()]
+        out.append(f"<b>{esc(system)}</b> (micro-batch {int(mb)}): GAS {int(top['gas'])} gives "
+                   f"{R.fmt_ratio(top['gain_vs_smallest_gas'])} the tokens/s of GAS {int(base['gas'])}"
+                   + ctx.cite.refs([base["record_id"], top["record_id"]]))
+    return out
+
+
+def energy(ctx: Context) -> list[str]:
+    """Per system: the best tokens per joule, or why there is none."""
+    from accel_kit.report.sections import energy_reason
+
+    out = []
+    for system in ctx.systems:
+        recs = [r for r in ctx.records.records if r["system"] == system and r["status"] == "ok"]
+        best = max((r for r in recs if (r.get("metrics") or {}).get("tokens_per_j") is not None),
+                   key=lambda r: r["metrics"]["tokens_per_j"], default=None)
+        if best is not None:
+            out.append(f"<b>{esc(system)}</b>: best {R.fmt_num(best['metrics']['tokens_per_j'])} tokens/J "
+                       f"({esc(best['study'])}, {esc(best.get('model'))})" + ctx.cite.refs([best["record_id"]]))
+        elif recs:
+            out.append(f"<b>{esc(system)}</b>: no energy reading: {esc(energy_reason(recs[0].get('metrics') or {}))}"
+                       + ctx.cite.refs([recs[0]["record_id"]]))
+    return out
+
+
+FINDINGS: list[tuple[str, Callable[[Context], list[str]]]] = [
+    ("Fastest system per study and precision", fastest),
+    ("Scaling efficiency at the largest device count", scaling_efficiency),
+    ("Longest sequence that fit", longest_sequence),
+    ("Sparse against dense throughput", sparse_dense),
+    ("Gradient accumulation", gas_gain),
+    ("Energy", energy),
+]
+
+
+def findings_section(ctx: Context) -> Section:
+    s = Section("findings", "Findings")
+    s.text("<p>Computed from the records when this page was built; throughput is compared only between "
+           "records of the same configuration (model, sizes, device count, precision).</p>")
+    body = []
+    for title, fn in FINDINGS:
+        items = fn(ctx)
+        if items:
+            body.append(f"<h3>{esc(title)}</h3><ul class=\"findings\">"
+                        + "".join(f"<li>{item}</li>" for item in items) + "</ul>")
+        else:
+            body.append(f"<h3>{esc(title)}</h3><p class=\"nofig\">No records to compute this from.</p>")
+    return s.text("".join(body))
