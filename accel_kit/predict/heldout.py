@@ -31,13 +31,14 @@ def load_records(dirs: Iterable[str | Path]) -> list[dict]:
     return list(seen.values())
 
 
-def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_root: str | None = None) -> pd.DataFrame:
+def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_root: str | None = None,
+             probe: bool = True) -> pd.DataFrame:
     """One row per dense training record: measured and leave-one-out predicted step time and memory
-    (``link_root``: where a probed link is kept, beside the records)."""
+    (``link_root``: where a probed link is kept, beside the records; ``probe``: measure a missing link here)."""
     rows = []
     wanted = set(systems) if systems else {r.get("system") for r in records if usable(r)}
     for system in sorted(s for s in wanted if s):
-        predictor = Predictor(system, records, link_root=link_root)
+        predictor = Predictor(system, records, link_root=link_root, probe=probe)
         for rec in predictor.train:
             key = rec["params"].get("point_key")
             same_point = {r["record_id"] for r in predictor.train if key and r["params"].get("point_key") == key}

@@ -282,7 +282,7 @@ class Predictor:
     """Predictions for one system from its records (those of other systems are ignored)."""
 
     def __init__(self, system: str, records: Iterable[dict], *, link: Link | None = None,
-                 link_root: str | None = None):
+                 link_root: str | None = None, probe: bool = True):
         from accel_kit.predict.links import system_link
 
         self.system = system
@@ -290,6 +290,7 @@ class Predictor:
         self.train = [r for r in self.records if usable(r)]
         self._link_override = link
         self.link_root = link_root  # where a probed link is kept (beside the records)
+        self.probe = probe  # measure a link that is neither kept nor in the system's YAML
         self.system_link = system_link
 
     def groups(self) -> dict[tuple, list[dict]]:
@@ -320,7 +321,7 @@ class Predictor:
         return max(groups, key=rank)
 
     def link(self, devices: int) -> Link:
-        return self._link_override or self.system_link(self.system, devices, root=self.link_root)
+        return self._link_override or self.system_link(self.system, devices, root=self.link_root, probe=self.probe)
 
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
         """Predict ``shape`` on this system, never using the records whose ids are in ``exclude``;
