@@ -98,6 +98,29 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from accel_kit import predict
+
+    if args.probe_link:
+        from accel_kit.predict.links import probe_link
+
+        link = probe_link(args.system, ranks=args.probe_ranks, root=(args.records or [None])[0])
+        print(f"link of {args.system}: {link.bandwidth_GBps:.3g} GB/s, {link.latency_us:.3g} us per step ({link.source})")
+    overrides = dict(args.param or []) | ({"preset": args.preset} if args.preset else {})
+    if args.records:
+        overrides["records"] = args.records
+    run = predict.what_if(args.system, predict.resolve_params(args.profile, overrides))
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(run.table().to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(run.explain())
+    print(run.held_out_summary())
+    if not run.predictions:
+        raise AccelKitError(f"nothing predicted for {args.system}: " + "; ".join(run.notes))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with usage errors in the CLI's one-line form; the usage is one ``-h`` away."""
 
@@ -140,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare_parser(sub)
 
+    pred = sub.add_parser("predict", help="predict throughput and memory past the devices at hand (what-if)")
+    pred.add_argument("--system", required=True, help="system id from params/systems")
+    pred.add_argument("--preset", default=None, help="model preset (default: the profile's)")
+    pred.add_argument("--profile", default=None, help="params/what_if/<profile>.yaml (default: none)")
+    pred.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
+                      help="devices, seq_len, micro_batch_size, gas, precision, engine, activation_checkpointing; "
+                           "VALUE is YAML (-p devices '[8, 64]')")
+    pred.add_argument("--records", nargs="+", default=None, help="output folders to fit on (default: outputs/)")
+    pred.add_argument("--probe-link", action="store_true", help="measure the link with an all-reduce probe first")
+    pred.add_argument("--probe-ranks", type=int, default=2, help="processes in the probe (default: 2)")
+    pred.set_defaults(func=_cmd_predict)
+
     from accel_kit.report.cli import add_report_parser
 
     add_report_parser(sub)
@@ -152,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "param", None) and args.command == "run":
+    if getattr(args, "param", None) and args.command in ("run", "predict"):
         try:
             args.param = [_parse_override(p) for p in args.param]
         except AccelKitError as exc:

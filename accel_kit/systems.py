@@ -5,12 +5,25 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from accel_kit.devices import DeviceAdapter, require_adapter
 from accel_kit.errors import ParameterError
 from accel_kit.params import Precision, PrecisionRequest
 from accel_kit.paths import params_dir
+
+
+class Interconnect(BaseModel):
+    """The links a data-parallel ring crosses (accel_kit.predict.links): per device within a node,
+    per node between nodes, each with its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    intra_node_GBps: PositiveFloat  # per device, per direction
+    intra_node_latency_us: NonNegativeFloat
+    inter_node_GBps: PositiveFloat | None = None  # per node, per direction (all its NICs)
+    inter_node_latency_us: NonNegativeFloat | None = None
+    source: str
 
 
 class System(BaseModel):
@@ -27,6 +40,8 @@ class System(BaseModel):
     default_precision: PrecisionRequest  # auto: the adapter picks the lowest precision native at speed
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL
     seq_len: PositiveInt = 1024
+    device_memory_gib: PositiveFloat | None = None  # one device's memory (what-if fit checks)
+    interconnect: Interconnect | None = None  # datasheet link figures (what-if communication)
     options: dict[str, Any] = {}  # the adapter's own settings (its ``configure`` validates them)
     # How `accel-kit jobscript` runs studies on it, the default first: batch schedulers, or a Cerebras
     # cluster's appliance (launch.SCHEDULERS).

@@ -57,9 +57,9 @@ RUNS = {
 TWIN_RUNS = {"microbenchmark": RUNS["microbenchmark"], "scaling": dict(TRAIN, device_counts=[1]),
              "seq_length": dict(NO_SEQ, seq_lens=[16])}
 TABLES = ["systems-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
-          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "records-table"]
+          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "what-if-errors", "records-table"]
 FIGURES = ["figure-3-plot", "figure-4-plot", "figure-5-plot", "figure-6-plot", "figure-7-plot", "figure-8-plot",
-           "figure-8-gap"]
+           "figure-8-gap", "what-if-plot"]
 
 
 def _twin_root(path: Path) -> Path:

@@ -56,8 +56,10 @@ def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, se
         activations = act_scale * (cfg.n_layers * 2 * s * b * h + per_layer)
     else:
         activations = act_scale * cfg.n_layers * per_layer
-    # logits in the compute dtype plus their fp32 copy for the loss, and its gradient
-    logits = b * s * cfg.padded_vocab_size * ((2 if mixed else 4) + 4 + 4)
+    # Logits in the compute dtype (kept: the model returns them), then at the loss's backward, all live
+    # at once: log-softmax's fp32 output (saved for backward), its incoming gradient and the gradient it
+    # returns (fp32 each). The fp32 cast of mixed-precision logits is freed after the forward.
+    logits = b * s * cfg.padded_vocab_size * ((2 if mixed else 4) + 4 + 4 + 4)
     return MemoryEstimate(n_params, weights, grads, optimizer, activations, logits)
 
 

@@ -1,0 +1,180 @@
+"""What-if: throughput and memory past the devices at hand, with the prediction's own error.
+
+    from accel_kit import predict
+    run = predict.what_if("cpu", preset="gpt2-debug", devices=[1, 2, 4], seq_len=256)
+    run.table(); run.held_out_summary()
+
+``accel_kit.predict.model`` says how a step is modelled, ``comm`` the collectives, ``links``
+where link figures come from, ``heldout`` how the error is measured. ``accel-kit predict`` and
+``notebooks/what_if.ipynb`` go through ``what_if``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import PositiveInt
+
+from accel_kit.errors import AccelKitError, ParameterError
+from accel_kit.params import PrecisionRequest, StudyParams
+from accel_kit.predict.heldout import error_summary, held_out, load_records
+from accel_kit.predict.model import Prediction, Predictor, shape_for
+
+STUDY = "what_if"  # params/what_if/<profile>.yaml
+
+
+class WhatIfParams(StudyParams):
+    """What to predict. None: the system's default (its micro-batch, sequence length, precision)."""
+
+    preset: str = "gpt2-xl"
+    devices: list[PositiveInt] | PositiveInt = [1]
+    seq_len: PositiveInt | None = None
+    micro_batch_size: PositiveInt | None = None
+    gas: PositiveInt = 1
+    precision: PrecisionRequest | None = None
+    engine: Literal["ddp", "deepspeed"] = "ddp"
+    activation_checkpointing: bool = False
+    records: list[str] | None = None  # output folders to learn from; None: the outputs folder
+
+    def check(self) -> None:
+        from accel_kit.models import PRESETS
+
+        if self.preset not in PRESETS:
+            raise ParameterError(f"parameter 'preset': unknown model preset {self.preset!r}; known: "
+                                 f"{', '.join(PRESETS)}")
+
+
+@dataclass
+class WhatIf:
+    """Predictions for one system, and how wrong its records say such predictions are."""
+
+    system: str
+    params: WhatIfParams
+    predictions: list[Prediction]
+    held_out: pd.DataFrame
+    errors: pd.DataFrame
+    record_dirs: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> pd.DataFrame:
+        """One row per prediction; empty (with ``explain`` saying why) when none could be made."""
+        return pd.DataFrame([p.row() for p in self.predictions])
+
+    def explain(self) -> str:
+        """Each prediction's inputs and assumptions, in words."""
+        lines = []
+        for p in self.predictions:
+            lines.append(f"{p.system}, {p.shape.preset}, {p.shape.devices} device(s), seq {p.shape.seq_len}, "
+                         f"micro-batch {p.shape.micro_batch_size}, GAS {p.shape.gas}, {p.shape.precision}: "
+                         f"{p.tokens_per_s:.4g} tokens/s, {p.memory_per_device_gib:.3g} GiB per device"
+                         + ("" if p.fits is None else (" (fits)" if p.fits else " (does NOT fit)"))
+                         + (f"  [basis: {p.basis}; NOT fitted to this system's training records]"
+                            if p.basis != "records" else ""))
+            lines += [f"    input: {x}" for x in p.inputs] + [f"    assumption: {x}" for x in p.assumptions]
+        return "\n".join(lines + self.notes)
+
+    def held_out_summary(self) -> str:
+        """The held-out error in words; always shown next to the predictions."""
+        if self.errors.empty:
+            return (f"held-out error: no dense training records of {self.system} under "
+                    f"{', '.join(self.record_dirs)}, so this system's predictions are unchecked")
+        mine = self.errors[self.errors["system"].isin([self.system])]
+        if mine.empty:
+            return f"held-out error: no records of {self.system} could be predicted from the others"
+        lines = [f"held-out error ({self.system}, leave-one-out over its dense training records):"]
+        for _, r in mine.iterrows():
+            lines.append(f"  {r['study']:12s} {int(r['predicted'])}/{int(r['records'])} predicted; step time "
+                         f"mean {_pct(r['step_mean_abs_error'])}, max {_pct(r['step_max_abs_error'])}; "
+                         f"peak memory mean {_pct(r['mem_mean_abs_error'])}, max {_pct(r['mem_max_abs_error'])}")
+        return "\n".join(lines)
+
+    def figures(self) -> dict[str, Any]:
+        from accel_kit.predict.plots import predicted_vs_measured, scaling_prediction
+
+        figs = {}
+        if self.predictions:
+            figs["what_if_scaling"] = scaling_prediction(self.table())
+        if not self.held_out.empty and self.held_out["predicted_step_s"].notna().any():
+            figs["what_if_held_out"] = predicted_vs_measured(self.held_out)
+        return figs
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f} %"
+
+
+def resolve_params(profile: str | None, overrides: dict[str, Any]) -> WhatIfParams:
+    from accel_kit import params as _params
+
+    p = _params.resolve(WhatIfParams, STUDY, profile, overrides)
+    p.check()
+    return p
+
+
+def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -> WhatIf:
+    """Predict ``params`` (or the overrides on the defaults) on ``system`` from the records found."""
+    from accel_kit.paths import output_dir
+    from accel_kit.systems import load_system
+
+    params = params or resolve_params(None, overrides)
+    sys_desc = load_system(system)
+    dirs = params.records or [str(output_dir())]
+    records = load_records(d for d in dirs if Path(d).exists())
+    predictor = Predictor(system, records, link_root=dirs[0])
+    precision = _precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
+    counts = params.devices if isinstance(params.devices, list) else [params.devices]
+    predictions, notes = [], []
+    for n in counts:
+        shape = shape_for(params.preset, seq_len=params.seq_len or sys_desc.seq_len,
+                          micro_batch_size=params.micro_batch_size or sys_desc.micro_batch_size, gas=params.gas,
+                          devices=n, precision=precision, engine=params.engine,
+                          activation_checkpointing=params.activation_checkpointing)
+        try:
+            predictions.append(predictor.predict(shape))
+        except AccelKitError as exc:  # e.g. no records and no datasheet: say so, predict the rest
+            notes.append(f"cannot predict {n} device(s): {exc}")
+    ho = held_out(records, [system], link_root=dirs[0])
+    return WhatIf(system, params, predictions, ho, error_summary(ho), dirs, notes)
+
+
+def _precision(requested: str, system, predictor: Predictor) -> str:
+    """``auto``: the precision most of the system's records ran (what the prediction learns from), else the
+    adapter's choice where the device is here, else bf16."""
+    if requested != "auto":
+        return requested
+    counts = pd.Series([r["params"]["precision"] for r in predictor.train]).value_counts()
+    if len(counts):
+        return str(counts.index[0])
+    from accel_kit.devices import get_adapter
+
+    adapter = get_adapter(system.adapter, system.options)
+    return adapter.resolve_precision("auto").precision if adapter.availability() else "bf16"
+
+
+NOTEBOOK_NAMES = ("system", "profile", "output_dir")
+
+
+def run_notebook(namespace: dict[str, Any]) -> WhatIf:
+    """``what_if`` from a notebook's parameters cell (its globals()); an unknown injected parameter is an error."""
+    from accel_kit.studies import NOTEBOOK_PROFILE_ENV, _injected_names
+
+    known = set(NOTEBOOK_NAMES) | set(WhatIfParams.parameter_names())
+    injected = _injected_names(namespace)
+    unknown = sorted(set(injected) - known)
+    if unknown:
+        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook {STUDY!r}; "
+                             f"known: {', '.join(sorted(known))}")
+    profile = namespace.get("profile", "quick")
+    if "profile" not in injected and os.environ.get(NOTEBOOK_PROFILE_ENV):
+        profile = os.environ[NOTEBOOK_PROFILE_ENV]
+    overrides = {n: namespace.get(n) for n in WhatIfParams.parameter_names()}
+    if namespace.get("output_dir") and not overrides.get("records"):
+        overrides["records"] = [str(namespace["output_dir"])]
+    return what_if(namespace.get("system", "cpu"), resolve_params(profile, overrides))
+
+
+__all__ = ["AccelKitError", "Prediction", "Predictor", "WhatIf", "WhatIfParams", "error_summary", "held_out",
+           "load_records", "resolve_params", "run_notebook", "shape_for", "what_if"]

@@ -1,0 +1,88 @@
+"""Data-parallel communication by the alpha-beta model of ring collectives.
+
+A ring collective over ``n`` ranks moves its message in ``n - 1`` (reduce-scatter, all-gather)
+or ``2 (n - 1)`` (all-reduce = reduce-scatter + all-gather) steps of ``1/n`` of the message
+each. Each step costs the link latency ``alpha`` plus its bytes over the link bandwidth
+``beta``. The bytes each rank sends, as a multiple of the message, are the "bus bandwidth"
+factors nccl-tests uses to turn a measured time into a bandwidth comparable with the link:
+all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n. So a collective's time is
+
+    t = steps * alpha + factor * message_bytes / bandwidth
+
+and ZeRO stage 1's reduce-scatter of gradients plus all-gather of updated weights costs the
+same bytes as one all-reduce (its saving is memory, not traffic).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """Bytes each rank sends per byte of message (nccl-tests' busbw factor)."""
+    _check(collective, n)
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
+
+
+def ring_steps(collective: str, n: int) -> int:
+    """Latency-bound steps of the ring algorithm (each pays ``alpha`` once)."""
+    _check(collective, n)
+    return 2 * (n - 1) if collective == "all_reduce" else n - 1
+
+
+def collective_s(collective: str, message_bytes: float, n: int, bandwidth_Bps: float, latency_s: float) -> float:
+    """Seconds for one ring ``collective`` of ``message_bytes`` over ``n`` ranks (0 on one rank)."""
+    if bandwidth_Bps <= 0 or latency_s < 0 or message_bytes < 0:
+        raise ValueError("bandwidth must be positive, latency and message size non-negative")
+    return ring_steps(collective, n) * latency_s + bus_factor(collective, n) * message_bytes / bandwidth_Bps
+
+
+def gradient_sync_s(grad_bytes: float, n: int, bandwidth_Bps: float, latency_s: float, *, zero1: bool) -> float:
+    """One optimizer step's data-parallel traffic: an all-reduce of the gradients (DDP), or for
+    ZeRO-1 a reduce-scatter of the gradients plus an all-gather of the updated weights."""
+    if not zero1:
+        return collective_s("all_reduce", grad_bytes, n, bandwidth_Bps, latency_s)
+    return (collective_s("reduce_scatter", grad_bytes, n, bandwidth_Bps, latency_s)
+            + collective_s("all_gather", grad_bytes, n, bandwidth_Bps, latency_s))
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link a ring crosses: bandwidth per direction per rank, latency per step, and where they come from."""
+
+    bandwidth_GBps: float
+    latency_us: float
+    source: str
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth_GBps * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+def fit_link(sizes_bytes: list[float], times_s: list[float], n: int, collective: str = "all_reduce",
+             source: str = "measured") -> Link:
+    """Alpha and beta from measured collective times at several message sizes (least squares on
+    t = steps * alpha + factor * bytes / bw); a non-positive slope or intercept is clamped."""
+    import numpy as np
+
+    if len(sizes_bytes) < 2 or len(sizes_bytes) != len(times_s):
+        raise ValueError("fit_link needs at least two (size, time) pairs")
+    x = np.asarray(sizes_bytes, dtype=float) * bus_factor(collective, n)
+    A = np.stack([np.full_like(x, ring_steps(collective, n)), x], axis=1)
+    (alpha, inv_bw), *_ = np.linalg.lstsq(A, np.asarray(times_s, dtype=float), rcond=None)
+    inv_bw = max(float(inv_bw), 1e-15)
+    return Link(bandwidth_GBps=1 / inv_bw / 1e9, latency_us=max(float(alpha), 0.0) * 1e6, source=source)
+
+
+def _check(collective: str, n: int) -> None:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+    if n < 1:
+        raise ValueError(f"a collective needs at least one rank, got {n}")

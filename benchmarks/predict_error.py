@@ -1,0 +1,70 @@
+"""Held-out error of the what-if predictor on this machine's own quick-profile records.
+
+Runs the quick profiles of the sequence-length, GAS and scaling studies into a fresh folder
+(``--run``; about 4 minutes on 2 quiet cores), or reads an existing output folder, then
+predicts each dense training record from a fit on the others (leave-one-out) and prints the
+relative error of step time and peak memory, per study and overall, against the targets:
+step time mean <= 10 %, max <= 25 %; peak memory mean <= 15 %.
+
+    python benchmarks/predict_error.py --run            # measure, then predict
+    python benchmarks/predict_error.py --records outputs
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import pandas as pd  # noqa: E402
+
+from accel_kit import studies  # noqa: E402
+from accel_kit.predict import error_summary, held_out, load_records  # noqa: E402
+
+STUDIES = ("seq_length", "gas", "scaling")
+TARGETS = {"step_mean_abs_error": 0.10, "step_max_abs_error": 0.25, "mem_mean_abs_error": 0.15}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", default=None, help="an output folder with records (default: run them, --run)")
+    ap.add_argument("--run", action="store_true", help="run the quick profiles first, into --out or a temp folder")
+    ap.add_argument("--out", default=None, help="where --run writes (default: a temporary folder)")
+    ap.add_argument("--system", default="cpu")
+    args = ap.parse_args()
+    if not args.run and not args.records:
+        ap.error("give --records DIR or --run")
+    import torch
+
+    print(f"CPU: {platform.processor() or platform.machine()}, torch capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
+    folder = args.records
+    if args.run:
+        folder = args.out or tempfile.mkdtemp(prefix="accel-kit-predict-")
+        for study in STUDIES:
+            run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder, progress=True)
+            print(f"{study}: {len(run.records)} records -> {run.records_path}")
+    df = held_out(load_records([folder]), [args.system], link_root=folder)
+    if df.empty:
+        print(f"no dense training records of {args.system} under {folder}")
+        return 1
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        cols = ["study", "devices", "seq_len", "micro_batch_size", "gas", "measured_step_s", "predicted_step_s",
+                "step_error", "measured_mem_gib", "predicted_mem_gib", "mem_error"]
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        for _, r in df[df["predicted_step_s"].isna()].iterrows():
+            print(f"not predicted: {r['study']} {r['devices']} device(s): {r['why_not']}")
+        summary = error_summary(df)
+        print(summary.to_string(index=False, float_format=lambda v: f"{100 * v:.1f} %" if v < 10 else f"{v:.0f}"))
+    overall = summary[summary["study"] == "all"].iloc[0]
+    for name, limit in TARGETS.items():
+        value = overall[name]
+        print(f"{name}: {100 * value:.1f} % (target <= {100 * limit:.0f} %): {'met' if value <= limit else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The what-if predictor: collective formulas by hand, the fit on records with a known answer,
+and the held-out error and memory estimate on records made here by real runs."""
+import math
+import uuid
+
+import numpy as np
+import pytest
+
+from accel_kit import studies
+from accel_kit.cli import main as cli_main
+from accel_kit.predict import comm, held_out, load_records, resolve_params, what_if
+from accel_kit.predict.model import TERMS, Predictor, shape_for
+from accel_kit.predict.heldout import error_summary
+
+
+# ------------------------------------------------------------------ collectives, by hand
+
+def test_bus_factors_match_nccl_tests_definitions():
+    assert comm.bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert comm.bus_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
+    assert comm.bus_factor("all_gather", 4) == pytest.approx(3 / 4)
+    assert comm.bus_factor("all_reduce", 1) == 0.0
+
+
+def test_ring_all_reduce_time_by_hand():
+    # 1 GB over 4 ranks at 100 GB/s, 5 us per step: 2*3 steps * 5 us + 2*3/4 * 1e9 / 1e11 s.
+    t = comm.collective_s("all_reduce", 1e9, 4, 100e9, 5e-6)
+    assert t == pytest.approx(6 * 5e-6 + 1.5 * 1e-2)
+    assert comm.collective_s("all_reduce", 1e9, 1, 100e9, 5e-6) == 0.0
+
+
+def test_zero1_moves_the_bytes_of_one_all_reduce():
+    ddp = comm.gradient_sync_s(3e9, 16, 25e9, 1e-5, zero1=False)
+    zero = comm.gradient_sync_s(3e9, 16, 25e9, 1e-5, zero1=True)
+    assert zero == pytest.approx(ddp)
+
+
+def test_fit_link_recovers_alpha_and_beta():
+    sizes = [1e4, 1e5, 1e6, 1e7]
+    times = [comm.collective_s("all_reduce", s, 2, 2e9, 50e-6) for s in sizes]
+    link = comm.fit_link(sizes, times, 2)
+    assert link.bandwidth_GBps == pytest.approx(2.0, rel=1e-6)
+    assert link.latency_us == pytest.approx(50.0, rel=1e-6)
+
+
+# ------------------------------------------------------------------ the fit, on a known answer
+
+def _record(system, study, shape, step_s, mem_gib, threads=2):
+    return {"record_id": uuid.uuid4().hex, "system": system, "study": study, "status": "ok",
+            "params": {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
+                       "micro_batch_size": shape.micro_batch_size, "gas": shape.gas, "devices": shape.devices,
+                       "precision": shape.precision, "engine": "ddp", "point_key": uuid.uuid4().hex[:16]},
+            "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"},
+            "env": {"device": {"threads": threads}}}
+
+
+def test_leave_one_out_is_exact_when_times_follow_the_model():
+    # Times made from known rates (a matmul rate, a per-launch cost, an optimizer cost): every
+    # record must be predicted from the others to within rounding, at every seq, micro-batch and GAS.
+    rates = np.zeros(len(TERMS))
+    rates[TERMS.index("matmul_flops")] = 1 / 50e9
+    rates[TERMS.index("layer_launches")] = 2e-3
+    rates[TERMS.index("optimizer_params")] = 1e-9
+    records = []
+    for seq, mb, gas in [(64, 2, 1), (128, 2, 1), (256, 2, 1), (128, 1, 2), (128, 4, 4), (64, 4, 2)]:
+        shape = shape_for("gpt2-debug", seq_len=seq, micro_batch_size=mb, gas=gas, precision="bf16")
+        mem = shape.memory_estimate_bytes() / 2**30 + 0.4  # a runtime baseline of 0.4 GiB
+        records.append(_record("cpu", "synthetic", shape, float(shape.work() @ rates), mem))
+    df = held_out(records, ["cpu"])
+    assert len(df) == 6 and df["predicted_step_s"].notna().all()
+    assert df["step_error"].abs().max() < 1e-6
+    assert df["mem_error"].abs().max() < 1e-6
+    summary = error_summary(df)
+    assert summary.iloc[-1]["predicted"] == 6
+
+
+def test_exposed_communication_fitted_from_multi_device_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(tmp_path))
+    link = comm.Link(1.0, 100.0, "test link")
+    one = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (32, 64, 128)]
+    records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-4, 0.5) for s in one]
+    two = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision="bf16")
+    comm_s = comm.gradient_sync_s(two.grad_bytes(), 2, link.bandwidth_Bps, link.latency_s, zero1=False)
+    records.append(_record("cpu", "scaling", two, two.tokens_per_step_per_device * 1e-4 + 0.5 * comm_s, 0.5))
+    pred = Predictor("cpu", records, link=link).predict(
+        shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=4, precision="bf16"))
+    assert pred.basis == "records"
+    assert pred.exposed_comm_s == pytest.approx(0.5 * pred.comm_s, rel=1e-3)
+    assert pred.scaling_efficiency < 1
+    assert any("median over 1 multi-device" in line for line in pred.inputs)
+
+
+def test_a_system_without_records_is_predicted_from_its_datasheet_and_says_so(tmp_path):
+    run = what_if("a100", resolve_params("full", {"records": [str(tmp_path)]}))
+    assert [p.basis for p in run.predictions] == ["datasheet"] * 4
+    text = run.explain()
+    assert "NOT fitted to this system's training records" in text and "assumed" in text
+    assert "unchecked" in run.held_out_summary()
+    # GPT-2 XL at 8192 with micro-batch 1: about 50 GiB of weights, optimizer state and activations.
+    assert run.predictions[0].fits is False
+    # More devices, more tokens/s, but each one less efficient once gradients cross nodes.
+    tps = [p.tokens_per_s for p in run.predictions]
+    assert tps == sorted(tps) and run.predictions[-1].scaling_efficiency < run.predictions[1].scaling_efficiency
+
+
+def test_cli_predict_rejects_an_unknown_parameter(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["predict", "--system", "a100", "--preset", "gpt2-xl", "-p", "device", "8"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown parameter 'device'" in err
+
+
+# ------------------------------------------------------------------ real records made here
+
+@pytest.fixture(scope="module")
+def cpu_records(tmp_path_factory):
+    """Dense training records from real tiny runs: three sequence lengths, and GAS 1/2 at two micro-batches."""
+    out = tmp_path_factory.mktemp("predict")
+    studies.run_study("seq_length", "cpu", "smoke", output_dir=out, progress=False, precision="fp32", data="synthetic")
+    studies.run_study("gas", "cpu", "smoke", output_dir=out, progress=False, precision="fp32", data="synthetic")
+    return out
+
+
+def test_held_out_on_real_records(cpu_records):
+    df = held_out(load_records([cpu_records]), ["cpu"])
+    assert set(df["study"]) == {"seq_length", "gas"} and len(df) == 7
+    predicted = df.dropna(subset=["predicted_step_s"])
+    assert len(predicted) == 7 and (predicted["predicted_step_s"] > 0).all()
+    assert all(math.isfinite(e) for e in predicted["step_error"])
+    # The memory estimate plus the fitted runtime baseline, against the measured peak of a record it
+    # never saw. The error is printed for the record; the bound only catches a broken estimate.
+    print(error_summary(df).to_string())
+    assert predicted["mem_error"].abs().max() < 0.3
+
+
+def test_what_if_on_real_records_lists_inputs_and_error(cpu_records):
+    run = what_if("cpu", resolve_params("smoke", {"records": [str(cpu_records)], "precision": "fp32"}))
+    assert [p.basis for p in run.predictions] == ["records", "records"]
+    assert run.predictions[0].memory_per_device_gib > 0.1  # the baseline of a Python + torch process
+    assert "leave-one-out" in run.held_out_summary()
+    assert "what_if_held_out" in run.figures()
