@@ -34,6 +34,8 @@ def main() -> int:
     ap.add_argument("--run", action="store_true", help="run the quick profiles first, into --out or a temp folder")
     ap.add_argument("--out", default=None, help="where --run writes (default: a temporary folder)")
     ap.add_argument("--system", default="cpu")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps per point for --run (default: the quick profile's 3-4); more steps, less noise")
     args = ap.parse_args()
     if not args.run and not args.records:
         ap.error("give --records DIR or --run")
@@ -45,7 +47,9 @@ def main() -> int:
     if args.run:
         folder = args.out or tempfile.mkdtemp(prefix="accel-kit-predict-")
         for study in STUDIES:
-            run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder, progress=True)
+            extra = {"steps": args.steps} if args.steps else {}
+            run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder, progress=True,
+                                    **extra)
             print(f"{study}: {len(run.records)} records -> {run.records_path}")
     df = held_out(load_records([folder]), [args.system], link_root=folder)
     if df.empty:
@@ -59,10 +63,18 @@ def main() -> int:
             print(f"not predicted: {r['study']} {r['devices']} device(s): {r['why_not']}")
         summary = error_summary(df)
         print(summary.to_string(index=False, float_format=lambda v: f"{100 * v:.1f} %" if v < 10 else f"{v:.0f}"))
-    overall = summary[summary["study"] == "all"].iloc[0]
+    # The targets are for the dense training studies of the quick profiles (other studies' records,
+    # e.g. from `make run`, are fitted on and shown above, but not counted here).
+    targeted = error_summary(df[df["study"].isin(STUDIES)])
+    if targeted.empty:
+        print(f"no records of {', '.join(STUDIES)} to check the targets on")
+        return 1
+    overall = targeted[targeted["study"] == "all"].iloc[0]
+    print(f"targets, over {', '.join(STUDIES)} ({int(overall['predicted'])} of {int(overall['records'])} records "
+          "predicted):")
     for name, limit in TARGETS.items():
         value = overall[name]
-        print(f"{name}: {100 * value:.1f} % (target <= {100 * limit:.0f} %): {'met' if value <= limit else 'NOT met'}")
+        print(f"  {name}: {100 * value:.1f} % (target <= {100 * limit:.0f} %): {'met' if value <= limit else 'NOT met'}")
     return 0
 
 
