@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
-from accel_kit.devices.base import Layout, Availability, BaseAdapter, DeviceDescription, PrecisionSupport
+from accel_kit.devices._vendor import package_version, parse_options
+from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, Layout, PrecisionSupport
 
 ENV_PREFIX = "ACCEL_KIT_CEREBRAS_"
 PACKAGE = "cerebras-pytorch"
@@ -87,7 +88,6 @@ class CerebrasOptions(BaseModel):
     @classmethod
     def from_sources(cls, options: dict[str, Any], environ: dict[str, str] | None = None) -> "CerebrasOptions":
         """The YAML ``options`` with each ``ACCEL_KIT_CEREBRAS_<NAME>`` variable (parsed as YAML) on top."""
-        from accel_kit.errors import ParameterError
         from accel_kit.params import parse_value
 
         environ = os.environ if environ is None else environ
@@ -100,20 +100,7 @@ class CerebrasOptions(BaseModel):
             if name in ("mount_dirs", "python_paths") and isinstance(value, str):
                 value = [part for part in value.split(os.pathsep) if part]  # a PATH-like list
             values[name] = value
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(map(str, err["loc"])) or "options"
-            raise ParameterError(f"cerebras option {where!r}: {err['msg']} (options: the system YAML, "
-                                 f"or {ENV_PREFIX}<NAME>)") from None
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+        return parse_options("cerebras", cls, values, given_in=f"the system YAML, or {ENV_PREFIX}<NAME>")
 
 
 def required_torch(package: str = PACKAGE) -> str | None:

@@ -35,7 +35,8 @@ from typing import Any
 import cerebras.pytorch as cstorch
 import torch
 
-from accel_kit.devices.cerebras import CerebrasOptions, package_version
+from accel_kit.devices._vendor import package_version
+from accel_kit.devices.cerebras import CerebrasOptions
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.prune import prunable_layers
 from accel_kit.train.step import NotMeasured

@@ -94,8 +94,9 @@ class CUDAAdapter(BaseAdapter):
     def energy_meter(self, index: int = 0):
         # Zeus where installed (the "energy" extra); else NVIDIA's bindings read the same counter.
         from accel_kit.devices import power
+        from accel_kit.devices._vendor import missing
 
-        if power.installed("zeus"):
+        if not missing("zeus"):
             return power.zeus_gpu_meter(index, api=self.energy_api)
         return power.nvml_meter(index, uuid=lambda: str(torch.cuda.get_device_properties(index).uuid))
 

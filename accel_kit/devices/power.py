@@ -26,7 +26,6 @@ Vendor libraries are imported inside the functions: importing this module loads 
 """
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import time
 import warnings
@@ -247,12 +246,9 @@ def rapl_meter(root: str | Path = POWERCAP, *, clock: Callable[[], float] = time
 
 
 def _version(*dists: str) -> str:
-    for dist in dists:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "(version unknown)"
+    from accel_kit.devices._vendor import package_version
+
+    return package_version(*dists) or "(version unknown)"
 
 
 class ZeusMeter:
@@ -364,19 +360,6 @@ def nvml_meter(index: int, *, uuid: Callable[[], str] | None = None) -> Unavaila
         rated_power_source=rated_source, min_window_s=GPU_COUNTER_MIN_WINDOW_S)
     counter = Counter(f"NVML energy of GPU {index}", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1e3)
     return CounterMeter([counter], source)
-
-
-def installed(module: str) -> bool:
-    """Whether ``module`` can be imported, without importing it."""
-    import importlib.util
-    import sys
-
-    if module in sys.modules:
-        return sys.modules[module] is not None
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # ---- Intel Gaudi: habana-pyhlml ---------------------------------------------------------------------
