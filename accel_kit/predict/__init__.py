@@ -122,7 +122,8 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
     params = params or resolve_params(None, overrides)
     sys_desc = load_system(system)
     dirs = params.records or [str(output_dir())]
-    records = load_records(d for d in dirs if Path(d).exists())
+    # Folders the user named must exist (a one-line DataError otherwise); the default may not yet.
+    records = load_records(d for d in dirs if params.records or Path(d).exists())
     predictor = Predictor(system, records, link_root=dirs[0])
     precision = _precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
     counts = params.devices if isinstance(params.devices, list) else [params.devices]

@@ -16,18 +16,16 @@ from accel_kit.errors import AccelKitError
 from accel_kit.predict.model import GiB, Predictor, host_threads, shape_of_record, usable
 
 
-def load_records(dirs: Iterable[str | Path]) -> list[dict]:
-    """Every record under each folder (``<dir>/<study>/<system>.jsonl``, or a .jsonl file), once per record id."""
-    from accel_kit import results
+def load_records(sources: Iterable[str | Path]) -> list[dict]:
+    """Every record of each source (an output folder, a .jsonl file or an archive of them, read as the
+    cross-system report reads them), once per record id."""
+    from accel_kit.report.records import read_source
 
     seen: dict[str, dict] = {}
-    for d in dirs:
-        d = Path(d)
-        files = [d] if d.is_file() else sorted(d.glob("*/*.jsonl")) + sorted(d.glob("*.jsonl"))
-        for f in files:
-            for rec in results.iter_records(f):
-                if "record_id" in rec:
-                    seen.setdefault(rec["record_id"], rec)
+    for source in sources:
+        for rec in read_source(source):
+            if isinstance(rec, dict) and "record_id" in rec:
+                seen.setdefault(rec["record_id"], rec)
     return list(seen.values())
 
 

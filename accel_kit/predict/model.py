@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
 
 from accel_kit import flops as F
 from accel_kit.predict.comm import Link, gradient_sync_s
+from accel_kit.predict.links import system_link
 
 GiB = 2**30
 TERMS = ("matmul_flops", "attention_flops", "hidden_elementwise", "vocab_elementwise", "layer_launches",
@@ -100,9 +101,7 @@ class StepShape:
     def memory_estimate_bytes(self) -> int:
         from accel_kit.models import estimate_training_memory, get_config
 
-        cfg = get_config(self.preset, seq_len=self.seq_len)
-        cfg = replace(cfg, vocab_size=self.vocab) if getattr(cfg, "padded_vocab_size", self.vocab) != self.vocab \
-            else cfg
+        cfg = get_config(self.preset, seq_len=self.seq_len, vocab_size=self.vocab)
         est = estimate_training_memory(cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
                                        activation_checkpointing=self.activation_checkpointing,
                                        flash_attention=self.flash_attention,
@@ -283,15 +282,12 @@ class Predictor:
 
     def __init__(self, system: str, records: Iterable[dict], *, link: Link | None = None,
                  link_root: str | None = None, probe: bool = True):
-        from accel_kit.predict.links import system_link
-
         self.system = system
         self.records = [r for r in records if r.get("system") == system]
         self.train = [r for r in self.records if usable(r)]
         self._link_override = link
         self.link_root = link_root  # where a probed link is kept (beside the records)
         self.probe = probe  # measure a link that is neither kept nor in the system's YAML
-        self.system_link = system_link
 
     def groups(self) -> dict[tuple, list[dict]]:
         out: dict[tuple, list[dict]] = {}
@@ -321,7 +317,7 @@ class Predictor:
         return max(groups, key=rank)
 
     def link(self, devices: int) -> Link:
-        return self._link_override or self.system_link(self.system, devices, root=self.link_root, probe=self.probe)
+        return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe)
 
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
         """Predict ``shape`` on this system, never using the records whose ids are in ``exclude``;
