@@ -13,7 +13,6 @@ from accel_kit.devices import get_adapter
 from accel_kit.devices.cerebras import CerebrasOptions
 from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.systems import load_system
-from accel_kit.train.launch import launch_shape
 from accel_kit.train.point import TrainPoint
 
 HAVE_CSTORCH = importlib.util.find_spec("cerebras") is not None and \
@@ -86,8 +85,9 @@ def test_one_client_drives_every_cs2_of_a_point():
     layout = get_adapter("cerebras", {"backend": "CSX"}).layout(2)
     assert (layout.processes, layout.replicas) == (1, 2)
     point = _point(system="cs2", devices=2, processes=layout.processes, replicas=layout.replicas)
-    assert launch_shape(point) == (1, 1, False) and point.data_parallel_size == 2
-    assert launch_shape(_point(system="cpu", devices=2, devices_per_node=8)) == (2, 1, True)
+    assert (point.ranks, point.nodes, point.needs_group) == (1, 1, False) and point.data_parallel_size == 2
+    cpu = _point(system="cpu", devices=2, devices_per_node=8)
+    assert (cpu.ranks, cpu.nodes, cpu.needs_group) == (2, 1, True)
 
 
 def test_no_cs2_figure_for_a_cpu_backend_run():

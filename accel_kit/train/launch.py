@@ -59,16 +59,6 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
-def launch_shape(point) -> tuple[int, int, bool]:
-    """(worker processes, nodes, whether they form a torch.distributed group) that run ``point``.
-
-    One rank per device by default; the adapter's ``layout`` (filled into the point's
-    ``processes``) says otherwise: one client process for every CS-2 of a Cerebras point or
-    every IPU of a pipeline, two per SN30 RDU.
-    """
-    return point.ranks, point.nodes, point.needs_group
-
-
 def worker_command(launcher: str, devices: int, nodes: int, *,
                    force_group: bool = False) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.

@@ -29,7 +29,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
-from accel_kit.train.launch import launch_shape, worker_command
+from accel_kit.train.launch import worker_command
 from accel_kit.train.point import Point
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
@@ -72,7 +72,9 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
                cpu_threads: int | None = None) -> dict:
     """Run one point in a fresh process group; returns the worker's result or a failure result."""
-    ranks, nodes, group = launch_shape(point)
+    # The point's layout (make_point fills it from the adapter): one rank per device by default, one client
+    # process for a Cerebras point or an IPU pipeline, two per SN30 RDU.
+    ranks, nodes, group = point.ranks, point.nodes, point.needs_group
     if nodes > max_nodes:
         return {"status": "unsupported", "metrics": {},
                 "reason": f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "

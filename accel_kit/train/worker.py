@@ -261,7 +261,7 @@ def _reduce_max(values: list[float], device: torch.device, world: int) -> list[f
 
 def main(argv: list[str] | None = None) -> int:
     from accel_kit.atomic import write_json_atomic
-    from accel_kit.train.launch import distributed_env, launch_shape
+    from accel_kit.train.launch import distributed_env
     from accel_kit.train.point import load_point
 
     ap = argparse.ArgumentParser(description="run one accel-kit point")
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, local_rank = distributed_env()
     # torch reads these names; mpiexec/srun set their own, mapped here.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
-    if launch_shape(point)[2]:
+    if point.needs_group:
         from accel_kit.systems import load_system
 
         adapter = load_system(point.system).adapter_instance()
