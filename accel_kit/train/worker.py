@@ -273,16 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, local_rank = distributed_env()
     # torch reads these names; mpiexec/srun set their own, mapped here.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
-    if point.needs_group:
-        from accel_kit.systems import load_system
+    from accel_kit.systems import load_system
 
+    adapter = None
+    if point.needs_group:
         adapter = load_system(point.system).adapter_instance()
         adapter.prepare(local_rank)  # the device is chosen before the process group binds to it
         dist.init_process_group(backend=adapter.distributed_backend(), rank=rank, world_size=world)
     try:
-        from accel_kit.systems import load_system
-
-        why = load_system(point.system).adapter_instance().unsupported_reason(point)
+        adapter = adapter or load_system(point.system).adapter_instance()
+        why = adapter.unsupported_reason(point)
         result = {"status": "unsupported", "reason": why, "metrics": {}} if why else point.measure(rank, world)
     except Exception as exc:  # the point's failure is its result; the traceback goes into the record
         text = str(exc).strip().splitlines()
