@@ -37,7 +37,7 @@ class WhatIfParams(StudyParams):
     precision: PrecisionRequest | None = None
     engine: Literal["ddp", "deepspeed"] = "ddp"
     activation_checkpointing: bool = False
-    records: list[str] | None = None  # output folders to learn from; None: the outputs folder
+    records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
 
     def check(self) -> None:
         from accel_kit.models import PRESETS
