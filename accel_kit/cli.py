@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                       help="devices, seq_len, micro_batch_size, gas, precision, engine, activation_checkpointing; "
                            "VALUE is YAML (-p devices '[8, 64]')")
-    pred.add_argument("--records", nargs="+", default=None, help="output folders, .jsonl files or archives of them to fit on (default: outputs/)")
+    pred.add_argument("--records", nargs="+", default=None,
+                      help="output folders, .jsonl files or archives of them to fit on (default: outputs/)")
     pred.add_argument("--probe-link", action="store_true", help="measure the link with an all-reduce probe first")
     pred.add_argument("--probe-ranks", type=int, default=2, help="processes in the probe (default: 2)")
     pred.set_defaults(func=_cmd_predict)
