@@ -63,6 +63,21 @@ def test_cpu_peak_memory_window_sees_allocation():
     del big
 
 
+def test_cpu_workers_keep_freed_memory_unless_told_otherwise():
+    from accel_kit.devices.cpu import MALLOC_OPT_OUT, MALLOC_TUNABLES, malloc_env
+
+    ours = ":".join(f"{k}={v}" for k, v in MALLOC_TUNABLES.items())
+    assert malloc_env({}) == {"GLIBC_TUNABLES": ours}
+    assert get_adapter("cpu").worker_env()["GLIBC_TUNABLES"].endswith(ours.split(":")[-1])
+    # The user's own tunables are kept, and theirs win where both name a setting.
+    mine = "glibc.malloc.trim_threshold=1024:glibc.cpu.hwcaps=-AVX512F"
+    assert malloc_env({"GLIBC_TUNABLES": mine}) == {
+        "GLIBC_TUNABLES": f"{mine}:glibc.malloc.mmap_threshold={MALLOC_TUNABLES['glibc.malloc.mmap_threshold']}"}
+    assert malloc_env({"GLIBC_TUNABLES": ours}) == {}
+    assert malloc_env({MALLOC_OPT_OUT: "default"}) == {}
+    assert BaseAdapter().worker_env() == {}
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not (torch.cuda.is_available() and torch.version.cuda), reason="no NVIDIA GPU")
 def test_cuda_adapter_protocol():

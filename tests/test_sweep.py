@@ -48,6 +48,8 @@ def test_records_carry_the_resolved_point(out_dir):
     assert m["flops"] / m["step_time_s"] / 1e12 == pytest.approx(m["tflops_per_device"])
     assert len(rec["times_s"]) == 2 and len(rec["warmup_times_s"]) == 1
     assert m["loss_first"] > 0 and m["loss_last"] > 0
+    # The worker started with the CPU adapter's allocator settings, and the record says so.
+    assert "glibc.malloc.trim_threshold" in rec["env"]["device"]["glibc_tunables"]
 
 
 def test_kill_and_resume(out_dir):

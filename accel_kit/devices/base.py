@@ -201,6 +201,10 @@ class DeviceAdapter(Protocol):
     def launch_prefix(self, point: Any, launcher: str) -> list[str]:
         """Words put before a point's worker command (a vendor's process launcher); [] for none."""
 
+    def worker_env(self) -> dict[str, str]:
+        """Environment variables a point's worker process starts with: settings read before Python runs
+        (the C allocator's), which no code in the worker can change any more; {} for none."""
+
     def job_launch(self, scheduler: str) -> JobLaunch:
         """What a job script for this device needs (launcher, environment, scheduler lines)."""
 
@@ -356,6 +360,9 @@ class BaseAdapter:
 
     def launch_prefix(self, point: Any, launcher: str) -> list[str]:
         return []
+
+    def worker_env(self) -> dict[str, str]:
+        return {}
 
     def job_launch(self, scheduler: str) -> JobLaunch:
         return JobLaunch()

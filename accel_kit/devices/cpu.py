@@ -94,6 +94,31 @@ class _RSSSampler(threading.Thread):
         self.join(timeout=1)
 
 
+# glibc's malloc returns large freed blocks to the kernel (each one mmapped, and the heap's top
+# trimmed), so every training step maps its logits and activations afresh: page faults and zeroed
+# pages that cost more than the step's compute on small models (2.6x the step time of gpt2-debug at
+# micro-batch 4; benchmarks/cpu_allocator.py measures it). Keeping freed memory in the process, as
+# PyTorch's CPU tuning guides get from jemalloc or tcmalloc, needs only glibc's own settings. They
+# are read when a process starts, so they go into each worker's environment.
+MALLOC_TUNABLES = {"glibc.malloc.mmap_threshold": str(4 << 30),  # no mmap below 4 GiB: reuse the heap
+                   "glibc.malloc.trim_threshold": str(16 << 30)}  # never hand the heap's top back
+
+
+MALLOC_OPT_OUT = "ACCEL_KIT_CPU_MALLOC"  # set to "default" to run workers with glibc's own settings
+
+
+def malloc_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """``GLIBC_TUNABLES`` with ``MALLOC_TUNABLES`` added; a setting the user already gave there wins,
+    and ``ACCEL_KIT_CPU_MALLOC=default`` leaves glibc's defaults."""
+    environ = os.environ if environ is None else environ
+    if environ.get(MALLOC_OPT_OUT, "").strip().lower() == "default":
+        return {}
+    have = environ.get("GLIBC_TUNABLES", "")
+    given = {item.split("=", 1)[0] for item in have.split(":") if "=" in item}
+    extra = [f"{k}={v}" for k, v in MALLOC_TUNABLES.items() if k not in given]
+    return {"GLIBC_TUNABLES": ":".join(filter(None, [have, *extra]))} if extra else {}
+
+
 def cpu_capability() -> str:
     """torch's view of the vector ISA its CPU kernels use (e.g. AVX2, AVX512, AMX)."""
     return str(torch.backends.cpu.get_cpu_capability())
@@ -206,6 +231,9 @@ class CPUAdapter(BaseAdapter):
         # accel_kit.models.block: the NN-layout weight gradient is faster in CPU bf16 GEMMs.
         return dtype == torch.bfloat16
 
+    def worker_env(self) -> dict[str, str]:
+        return malloc_env()
+
     def energy_meter(self, index: int = 0):
         # RAPL package counters: the sockets' energy, shared by every rank (and process) on the host.
         from accel_kit.devices.power import rapl_meter
@@ -224,6 +252,8 @@ class CPUAdapter(BaseAdapter):
                 "logical_cpus": os.cpu_count(),
                 "isa": sorted(f for f in flags if f.startswith(("avx512", "amx"))),
                 "torch_cpu_capability": cpu_capability(),
+                # the allocator settings this process started with (worker_env): they change step times
+                "glibc_tunables": os.environ.get("GLIBC_TUNABLES") or "glibc's defaults",
             },
         )
 

@@ -83,13 +83,14 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group)
     except ValueError as exc:
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
-    cmd = _adapter_of(point.system).launch_prefix(point, launcher) + cmd  # a vendor's own process launcher
+    adapter = _adapter_of(point.system)
+    cmd = adapter.launch_prefix(point, launcher) + cmd  # a vendor's own process launcher
     # The results folder may be on a shared filesystem that every node sees; the temp dir is for
     # single-node runs, where it is as good and always writable.
     with tempfile.TemporaryDirectory(prefix="accel-kit-point-", dir=os.environ.get("ACCEL_KIT_POINT_DIR")) as tmp:
         point_file, out_file = Path(tmp) / "point.json", Path(tmp) / "result.json"
         point_file.write_text(point.model_dump_json())
-        env = dict(os.environ) | extra_env
+        env = dict(os.environ) | extra_env | adapter.worker_env()  # e.g. the CPU's allocator settings
         if cpu_threads:
             env["OMP_NUM_THREADS"] = str(cpu_threads)
         cmd = cmd + ["--point", str(point_file), "--out", str(out_file)]
