@@ -1,13 +1,17 @@
 """Held-out error of the what-if predictor on this machine's own quick-profile records.
 
-Runs the quick profiles of the sequence-length, GAS and scaling studies into a fresh folder
-(``--run``; about 4 minutes on 2 quiet cores), or reads an existing output folder, then
-predicts each dense training record from a fit on the others (leave-one-out) and prints the
-relative error of step time and peak memory, per study and overall, against the targets:
-step time mean <= 10 %, max <= 25 %; peak memory mean <= 15 %.
+Runs the quick profiles of the sequence-length, GAS and scaling studies (``--run``,
+3 times by default (``--repeats``), each run into its own folder; about 1.5 minutes a run on 2 cores),
+or reads existing output folders, then predicts each dense training point from a fit on the
+others (leave-one-out) and prints the relative error of step time and peak memory, per study
+and overall, against the targets: step time mean <= 10 %, max <= 25 %; peak memory mean <= 15 %.
 
-    python benchmarks/predict_error.py --run            # measure, then predict
-    python benchmarks/predict_error.py --records outputs
+A point run more than once is measured by the median of its runs, and the runs' own spread is
+printed beside the error: on a shared machine a point's step time drifts 10-20 % from one run
+to the next, which no prediction can beat from one run alone.
+
+    python benchmarks/predict_error.py --run                 # measure 3 times, then predict
+    python benchmarks/predict_error.py --records outputs     # or several: --records a b
 """
 from __future__ import annotations
 
@@ -30,8 +34,11 @@ TARGETS = {"step_mean_abs_error": 0.10, "step_max_abs_error": 0.25, "mem_mean_ab
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", default=None, help="an output folder with records (default: run them, --run)")
+    ap.add_argument("--records", nargs="+", default=None,
+                    help="output folders with records (or --run to make them)")
     ap.add_argument("--run", action="store_true", help="run the quick profiles first, into --out or a temp folder")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each study for --run (default 3), "
+                    "one after the other, each into <out>/run-K")
     ap.add_argument("--out", default=None, help="where --run writes (default: a temporary folder)")
     ap.add_argument("--system", default="cpu")
     ap.add_argument("--steps", type=int, default=None,
@@ -43,21 +50,27 @@ def main() -> int:
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch capability "
           f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
-    folder = args.records
+    folders = args.records or []
     if args.run:
-        folder = args.out or tempfile.mkdtemp(prefix="accel-kit-predict-")
-        for study in STUDIES:
-            extra = {"steps": args.steps} if args.steps else {}
-            run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder, progress=True,
-                                    **extra)
-            print(f"{study}: {len(run.records)} records -> {run.records_path}")
-    df = held_out(load_records([folder]), [args.system], link_root=folder)
+        if args.repeats < 1:
+            ap.error("--repeats must be at least 1")
+        out = Path(args.out or tempfile.mkdtemp(prefix="accel-kit-predict-"))
+        # One folder per run: a sweep resumes the points its folder already holds, so a second run
+        # into the same folder would measure nothing.
+        folders = [str(out / f"run-{k + 1}") for k in range(args.repeats)]
+        extra = {"steps": args.steps} if args.steps else {}
+        for folder in folders:
+            for study in STUDIES:
+                run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder,
+                                        progress=True, **extra)
+                print(f"{study}: {len(run.records)} records -> {run.records_path}")
+    df = held_out(load_records(folders), [args.system], link_root=folders[0])
     if df.empty:
-        print(f"no dense training records of {args.system} under {folder}")
+        print(f"no dense training records of {args.system} under {', '.join(folders)}")
         return 1
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        cols = ["study", "devices", "seq_len", "micro_batch_size", "gas", "measured_step_s", "predicted_step_s",
-                "step_error", "measured_mem_gib", "predicted_mem_gib", "mem_error"]
+        cols = ["study", "devices", "seq_len", "micro_batch_size", "gas", "runs", "measured_step_s", "run_spread",
+                "predicted_step_s", "step_error", "measured_mem_gib", "predicted_mem_gib", "mem_error"]
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         for _, r in df[df["predicted_step_s"].isna()].iterrows():
             print(f"not predicted: {r['study']} {r['devices']} device(s): {r['why_not']}")
@@ -70,11 +83,14 @@ def main() -> int:
         print(f"no records of {', '.join(STUDIES)} to check the targets on")
         return 1
     overall = targeted[targeted["study"] == "all"].iloc[0]
-    print(f"targets, over {', '.join(STUDIES)} ({int(overall['predicted'])} of {int(overall['records'])} records "
+    print(f"targets, over {', '.join(STUDIES)} ({int(overall['predicted'])} of {int(overall['points'])} points "
           "predicted):")
     for name, limit in TARGETS.items():
         value = overall[name]
         print(f"  {name}: {100 * value:.1f} % (target <= {100 * limit:.0f} %): {'met' if value <= limit else 'NOT met'}")
+    if pd.notna(overall["run_spread_mean"]):
+        print(f"  for scale, the runs' own spread (each point's farthest run from its median, averaged): "
+              f"{100 * overall['run_spread_mean']:.1f} %")
     return 0
 
 

@@ -64,7 +64,9 @@ def test_leave_one_out_is_exact_when_times_follow_the_model():
     records = []
     for seq, mb, gas in [(64, 2, 1), (128, 2, 1), (256, 2, 1), (128, 1, 2), (128, 4, 4), (64, 4, 2)]:
         shape = shape_for("gpt2-debug", seq_len=seq, micro_batch_size=mb, gas=gas, precision="bf16")
-        mem = shape.memory_estimate_bytes() / 2**30 + 0.4  # a runtime baseline of 0.4 GiB
+        # A runtime baseline of 0.4 GiB, an allocator holding 1.5x the live peak, and half a micro-batch's
+        # working set more under GAS: the memory terms must recover all three.
+        mem = float(shape.memory_work() @ np.array([0.4 * 2**30, 1.5, 0.5])) / 2**30
         records.append(_record("cpu", "synthetic", shape, float(shape.work() @ rates), mem))
     df = held_out(records, ["cpu"])
     assert len(df) == 6 and df["predicted_step_s"].notna().all()
@@ -72,6 +74,28 @@ def test_leave_one_out_is_exact_when_times_follow_the_model():
     assert df["mem_error"].abs().max() < 1e-6
     summary = error_summary(df)
     assert summary.iloc[-1]["predicted"] == 6
+
+
+def test_a_point_run_several_times_is_judged_by_the_median_of_its_runs():
+    # Three runs of one point (noisy: 0.9, 1.0 and 1.6 s) and two other points on the line t = 1e-3 s/token.
+    shapes = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (64, 128, 256)]
+    records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-3, 0.5) for s in shapes[1:]]
+    key = uuid.uuid4().hex[:16]
+    for factor in (0.9, 1.0, 1.6):
+        rec = _record("cpu", "seq_length", shapes[0], shapes[0].tokens_per_step_per_device * 1e-3 * factor, 0.5)
+        rec["params"]["point_key"] = key
+        records.append(rec)
+    # The same key in another study is another point (two studies can run one shape).
+    other = _record("cpu", "gas", shapes[1], shapes[1].tokens_per_step_per_device * 1e-3, 0.5)
+    other["params"]["point_key"] = key
+    df = held_out(records + [other], ["cpu"])
+    assert len(df) == 4 and sorted(df["runs"]) == [1, 1, 1, 3]
+    row = df[df["runs"] == 3].iloc[0]
+    assert row["measured_step_s"] == pytest.approx(shapes[0].tokens_per_step_per_device * 1e-3)
+    assert row["run_spread"] == pytest.approx(0.6)
+    assert row["step_error"] == pytest.approx(0, abs=1e-6)  # the other points' line, none of its own runs
+    summary = error_summary(df)
+    assert summary.iloc[-1]["points"] == 4 and summary.iloc[-1]["run_spread_mean"] == pytest.approx(0.6)
 
 
 def test_exposed_communication_fitted_from_multi_device_records(tmp_path, monkeypatch):
@@ -128,7 +152,7 @@ def test_held_out_on_real_records(cpu_records):
     predicted = df.dropna(subset=["predicted_step_s"])
     assert len(predicted) == 7 and (predicted["predicted_step_s"] > 0).all()
     assert all(math.isfinite(e) for e in predicted["step_error"])
-    # The memory estimate plus the fitted runtime baseline, against the measured peak of a record it
+    # The memory estimate with the fitted baseline and allocator terms, against the measured peak of a record it
     # never saw. The error is printed for the record; the bound only catches a broken estimate.
     print(error_summary(df).to_string())
     assert predicted["mem_error"].abs().max() < 0.3

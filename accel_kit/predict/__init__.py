@@ -84,11 +84,14 @@ class WhatIf:
         mine = self.errors[self.errors["system"].isin([self.system])]
         if mine.empty:
             return f"held-out error: no records of {self.system} could be predicted from the others"
-        lines = [f"held-out error ({self.system}, leave-one-out over its dense training records):"]
+        lines = [f"held-out error ({self.system}, leave-one-out over its dense training points; a point run "
+                 "more than once is measured by the median of its runs):"]
         for _, r in mine.iterrows():
-            lines.append(f"  {r['study']:12s} {int(r['predicted'])}/{int(r['records'])} predicted; step time "
+            lines.append(f"  {r['study']:12s} {int(r['predicted'])}/{int(r['points'])} points predicted; step time "
                          f"mean {_pct(r['step_mean_abs_error'])}, max {_pct(r['step_max_abs_error'])}; "
-                         f"peak memory mean {_pct(r['mem_mean_abs_error'])}, max {_pct(r['mem_max_abs_error'])}")
+                         f"peak memory mean {_pct(r['mem_mean_abs_error'])}, max {_pct(r['mem_max_abs_error'])}"
+                         + (f"; the runs' own spread {_pct(r['run_spread_mean'])}"
+                            if pd.notna(r.get("run_spread_mean")) else ""))
         return "\n".join(lines)
 
     def figures(self) -> dict[str, Any]:

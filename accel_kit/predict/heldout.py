@@ -1,15 +1,18 @@
 """How wrong the predictions are: fit on part of a system's records, predict the rest.
 
-Leave-one-out over a system's dense training records: each record is predicted from a fit
-that never saw it (nor any re-run of the same point), so every other sequence length, GAS,
-micro-batch or device count informs it but it does not inform itself. Errors are relative,
-(predicted - measured) / measured, for the step time and the peak memory.
+Leave-one-out over a system's dense training points: each point is predicted from a fit that
+never saw it (none of its runs), so every other sequence length, GAS, micro-batch or device
+count informs it but it does not inform itself. A point measured in several runs is compared
+by the median of its runs: on a shared machine one run's step time drifts by 10-20 % with the
+neighbours' load, and the median of a few runs is the better measurement to be judged against.
+Errors are relative, (predicted - measured) / measured, for the step time and the peak memory.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from accel_kit.errors import AccelKitError
@@ -31,23 +34,31 @@ def load_records(sources: Iterable[str | Path]) -> list[dict]:
 
 def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_root: str | None = None,
              probe: bool = True) -> pd.DataFrame:
-    """One row per dense training record: measured and leave-one-out predicted step time and memory
-    (``link_root``: where a probed link is kept, beside the records; ``probe``: measure a missing link here)."""
+    """One row per dense training point: measured (the median of its runs) and leave-one-out predicted
+    step time and memory (``link_root``: where a probed link is kept, beside the records; ``probe``: measure a missing link here)."""
     rows = []
     wanted = set(systems) if systems else {r.get("system") for r in records if usable(r)}
     for system in sorted(s for s in wanted if s):
         predictor = Predictor(system, records, link_root=link_root, probe=probe)
+        points: dict[tuple, list[dict]] = {}
         for rec in predictor.train:
-            key = rec["params"].get("point_key")
-            same_point = {r["record_id"] for r in predictor.train if key and r["params"].get("point_key") == key}
+            # The sweep's key identifies a point within its study (two studies can run the same shape).
+            points.setdefault((rec.get("study"), rec["params"].get("point_key") or rec["record_id"]), []).append(rec)
+        for runs in points.values():
+            runs.sort(key=lambda r: r.get("timestamp") or "", reverse=True)  # the latest first
+            rec = runs[0]
+            steps = np.array([r["metrics"]["step_time_s"] for r in runs], dtype=float)
+            mems = [r["metrics"]["mem_peak_gib"] for r in runs if r["metrics"].get("mem_peak_gib")]
             row = {"system": system, "study": rec.get("study"), "record_id": rec["record_id"],
-                   "devices": rec["params"]["devices"], "seq_len": rec["params"]["seq_len"],
+                   "runs": len(runs), "devices": rec["params"]["devices"], "seq_len": rec["params"]["seq_len"],
                    "micro_batch_size": rec["params"]["micro_batch_size"], "gas": rec["params"]["gas"],
                    "precision": rec["params"]["precision"],
-                   "measured_step_s": rec["metrics"]["step_time_s"],
-                   "measured_mem_gib": rec["metrics"].get("mem_peak_gib")}
+                   "measured_step_s": float(np.median(steps)),
+                   "measured_mem_gib": float(np.median(mems)) if mems else None,
+                   # the farthest run from the median: the measurement's own noise, beside the prediction's
+                   "run_spread": float(np.abs(steps / np.median(steps) - 1).max()) if len(runs) > 1 else None}
             try:
-                pred = predictor.predict(shape_of_record(rec), exclude={rec["record_id"]} | same_point,
+                pred = predictor.predict(shape_of_record(rec), exclude={r["record_id"] for r in runs},
                                          threads=host_threads(rec))
             except (AccelKitError, ValueError) as exc:
                 rows.append(row | {"predicted_step_s": None, "predicted_mem_gib": None, "basis": None,
@@ -69,25 +80,24 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
 
 
 def error_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per system and study: records predicted, mean and maximum |relative error| of step time and memory."""
+    """Per system and study, then over all: points predicted, mean and maximum |relative error| of step
+    time and memory, and the runs' own spread (the noise a prediction cannot beat, where points ran twice)."""
     if df.empty:
         return pd.DataFrame()
-    out = []
-    for (system, study), g in df.groupby(["system", "study"]):
+
+    def summary(g: pd.DataFrame, system: str, study: str) -> dict:
         ok = g.dropna(subset=["predicted_step_s"])
         mem = ok.dropna(subset=["mem_error"])
-        out.append({"system": system, "study": study, "records": len(g), "predicted": len(ok),
-                    "step_mean_abs_error": ok["step_error"].abs().mean() if len(ok) else None,
-                    "step_max_abs_error": ok["step_error"].abs().max() if len(ok) else None,
-                    "mem_mean_abs_error": mem["mem_error"].abs().mean() if len(mem) else None,
-                    "mem_max_abs_error": mem["mem_error"].abs().max() if len(mem) else None})
-    total = df.dropna(subset=["predicted_step_s"])
-    mem = total.dropna(subset=["mem_error"])
-    out.append({"system": "all", "study": "all", "records": len(df), "predicted": len(total),
-                "step_mean_abs_error": total["step_error"].abs().mean() if len(total) else None,
-                "step_max_abs_error": total["step_error"].abs().max() if len(total) else None,
+        spread = g["run_spread"].dropna() if "run_spread" in g else pd.Series(dtype=float)
+        return {"system": system, "study": study, "points": len(g), "predicted": len(ok),
+                "step_mean_abs_error": ok["step_error"].abs().mean() if len(ok) else None,
+                "step_max_abs_error": ok["step_error"].abs().max() if len(ok) else None,
                 "mem_mean_abs_error": mem["mem_error"].abs().mean() if len(mem) else None,
-                "mem_max_abs_error": mem["mem_error"].abs().max() if len(mem) else None})
+                "mem_max_abs_error": mem["mem_error"].abs().max() if len(mem) else None,
+                "run_spread_mean": spread.mean() if len(spread) else None}
+
+    out = [summary(g, system, study) for (system, study), g in df.groupby(["system", "study"])]
+    out.append(summary(df, "all", "all"))
     return pd.DataFrame(out)
 
 

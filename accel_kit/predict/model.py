@@ -25,9 +25,19 @@ Step time on one data-parallel rank = compute + exposed communication:
   fitted from the system's multi-rank records; without them it is taken as 1 (no overlap with
   backward), the conservative case, and listed among the assumptions.
 
-* **Memory** per device is ``accel_kit.models.estimate_training_memory`` plus the runtime's
-  resident baseline (interpreter, libraries, device context), fitted as the median of
-  measured minus estimated peak over the system's records.
+* **Memory** per device starts from ``accel_kit.models.estimate_training_memory`` (the live
+  tensors at the peak) and fits, over the system's measured peaks, the terms of ``MEMORY_TERMS``:
+
+  | term | bytes | what it stands for |
+  |---|---|---|
+  | ``runtime_baseline`` | 1 | interpreter, libraries, device context |
+  | ``estimate`` | the estimate | the live tensors, times what the allocator holds beyond them |
+  | ``accumulation_working_set`` | one micro-batch's activations and logits, where GAS > 1 | memory the allocator keeps from one micro-batch while the accumulated gradients are allocated among it |
+
+  An allocator that caches freed blocks (PyTorch's on a GPU; glibc's with the CPU adapter's
+  settings) holds more than the live peak, in proportion to it: a constant baseline alone
+  misses that. The same subset selection as for compute keeps only the terms the records
+  ask for.
 """
 from __future__ import annotations
 
@@ -49,6 +59,7 @@ TERMS = ("matmul_flops", "attention_flops", "hidden_elementwise", "vocab_element
 # handful of records per system, terms that are collinear for one model (every per-token term is
 # proportional to tokens) would otherwise take arbitrary shares and extrapolate badly.
 TERM_PENALTY = 0.03
+MEMORY_TERMS = ("runtime_baseline", "estimate", "accumulation_working_set")
 # Stated when a system has no training records: a GPT-2-sized model's MFU on a GPU is typically 30-50 %.
 NO_RECORDS_EFFICIENCY = 0.4
 MIN_FIT_RECORDS = 1  # with one record, one rate: enough for the same shape on more devices
@@ -98,15 +109,24 @@ class StepShape:
         per = 2 if self.precision == "bf16" or (self.engine == "deepspeed" and self.precision == "fp16") else 4
         return self.n_params * per
 
-    def memory_estimate_bytes(self) -> int:
+    def memory_estimate(self):
+        """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
         from accel_kit.models import estimate_training_memory, get_config
 
         cfg = get_config(self.preset, seq_len=self.seq_len, vocab_size=self.vocab)
-        est = estimate_training_memory(cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
-                                       activation_checkpointing=self.activation_checkpointing,
-                                       flash_attention=self.flash_attention,
-                                       zero_shards=self.devices if self.engine == "deepspeed" else 1)
-        return est.total_bytes
+        return estimate_training_memory(cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
+                                        activation_checkpointing=self.activation_checkpointing,
+                                        flash_attention=self.flash_attention,
+                                        zero_shards=self.devices if self.engine == "deepspeed" else 1)
+
+    def memory_estimate_bytes(self) -> int:
+        return self.memory_estimate().total_bytes
+
+    def memory_work(self) -> np.ndarray:
+        """Bytes for each of ``MEMORY_TERMS``."""
+        est = self.memory_estimate()
+        working_set = est.activations_bytes + est.logits_bytes if self.gas > 1 else 0
+        return np.array([1.0, est.total_bytes, working_set], dtype=float)
 
 
 def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1, devices: int = 1,
@@ -155,7 +175,7 @@ def group_key(record: dict) -> tuple:
 def nnls_relative(work: np.ndarray, times_s: np.ndarray) -> tuple[np.ndarray, float]:
     """Non-negative rates minimising the relative error of ``work @ rates`` against ``times_s``.
 
-    Exhaustive over subsets of terms (there are six), keeping the smallest subset whose
+    Exhaustive over subsets of terms (six at most), keeping the smallest subset whose
     relative RMS error is within ``TERM_PENALTY`` of the best: exact and dependency-free.
     Returns (seconds per unit of work for each term, relative RMS error).
     """
@@ -239,11 +259,41 @@ def fit_exposure(records: list[dict], compute: ComputeFit, link: Link) -> tuple[
     return value, f"exposed communication: {value:.2f} of the modelled time (median over {len(ratios)} multi-device records)"
 
 
-def fit_memory_baseline(records: list[dict]) -> tuple[float, int]:
-    """Median of measured peak minus estimate (bytes) over records with a measured peak; (0, 0) without."""
-    gaps = [r["metrics"]["mem_peak_gib"] * GiB - shape_of_record(r).memory_estimate_bytes()
-            for r in records if r["metrics"].get("mem_peak_gib")]
-    return (float(np.median(gaps)), len(gaps)) if gaps else (0.0, 0)
+@dataclass
+class MemoryFit:
+    """Fitted multiples of each of ``MEMORY_TERMS`` (the estimate alone where no peak was measured)."""
+
+    coefs: np.ndarray
+    fit_rms: float
+    records: int
+
+    def bytes(self, shape: StepShape) -> float:
+        return float(shape.memory_work() @ self.coefs)
+
+    def describe(self) -> str:
+        if not self.records:
+            return "memory: the estimate alone (no measured peaks to fit the runtime's baseline)"
+        base, scale, accum = self.coefs
+        parts = [f"{base / GiB:.2f} GiB runtime baseline"] if base else []
+        parts.append(f"{scale:.2f} x the estimate")
+        if accum:
+            parts.append(f"{accum:.2f} x a micro-batch's activations and logits where GAS > 1")
+        return (f"memory: {' + '.join(parts)} (fitted on the measured peaks of {self.records} records; relative "
+                f"RMS error {self.fit_rms:.1%})")
+
+
+def fit_memory(records: list[dict]) -> MemoryFit:
+    """The memory terms fitted on the records with a measured peak; the estimate alone without any."""
+    measured = [r for r in records if r["metrics"].get("mem_peak_gib")]
+    if not measured:
+        return MemoryFit(np.array([0.0, 1.0, 0.0]), float("nan"), 0)
+    work = np.stack([shape_of_record(r).memory_work() for r in measured])
+    peaks = np.array([r["metrics"]["mem_peak_gib"] * GiB for r in measured])
+    try:
+        coefs, rms = nnls_relative(work, peaks)
+    except ValueError:
+        return MemoryFit(np.array([0.0, 1.0, 0.0]), float("nan"), 0)
+    return MemoryFit(coefs, rms, len(measured))
 
 
 # --------------------------------------------------------------------------- prediction
@@ -337,6 +387,12 @@ class Predictor:
                 assumptions.append(f"compute: {shape.preset} extrapolated from the rates of {', '.join(seen)}; "
                                    "a larger model fills the matrix units better, so expect a pessimistic step time")
         else:
+            if threads is not None and self._group_for(shape, None, set(exclude)):
+                from accel_kit.errors import AccelKitError
+
+                raise AccelKitError(f"no other single-device {shape.precision} training records of {self.system} at "
+                                    f"{threads} host thread(s) per rank, the setting this point ran with (ranks "
+                                    "share the host's cores, so records at other thread counts are not comparable)")
             fit = self._fallback_fit(shape, system, inputs, assumptions)
             basis = fit.basis.split(":", 1)[0]
             group = []
@@ -357,13 +413,9 @@ class Predictor:
         step_s = compute_s + exposed
         tokens_per_s = shape.tokens_per_step_per_device * shape.devices / step_s
         efficiency = (compute_s / step_s) if shape.devices > 1 else 1.0
-        baseline, n_mem = fit_memory_baseline(group)
-        if n_mem:
-            inputs.append(f"memory: estimate + runtime baseline {baseline / GiB:.2f} GiB "
-                          f"(median of measured minus estimated peak over {n_mem} records)")
-        else:
-            assumptions.append("memory: the estimate alone (no measured peaks to fit the runtime's baseline)")
-        mem_gib = (shape.memory_estimate_bytes() + baseline) / GiB
+        memory = fit_memory(group)
+        (inputs if memory.records else assumptions).append(memory.describe())
+        mem_gib = memory.bytes(shape) / GiB
         device_gib = _device_memory_gib(system)
         assumptions.append("data parallelism only (no tensor or pipeline parallelism); every rank computes the "
                            "same micro-batches")
