@@ -584,8 +584,8 @@ def figure_8_sparsity_loss(ctx: Context) -> Section:
 
 
 def what_if_held_out(ctx: Context) -> Section:
-    """The what-if predictor's held-out error on these records: each dense training record predicted
-    from a fit on the same system's other records (accel_kit.predict), predicted against measured."""
+    """The what-if predictor's held-out error on these records: each dense training point predicted
+    from a fit on the same system's other points (accel_kit.predict), predicted against measured."""
     from accel_kit.predict import held_out
     from accel_kit.predict.plots import predicted_vs_measured
 
@@ -597,8 +597,9 @@ def what_if_held_out(ctx: Context) -> Section:
     if df.empty:
         return s.text('<p class="nofig" id="what-if-missing">No figure: no system in this report has dense '
                       "training records (scaling, seq_length, gas) to predict.</p>")
-    s.text("<p>Each dense training record is predicted from a fit on the same system's other records "
-           "(leave-one-out; <code>accel_kit/predict/model.py</code>), then compared with what was measured. "
+    s.text("<p>Each dense training point is predicted from a fit on the same system's other points "
+           "(leave-one-out; <code>accel_kit/predict/model.py</code>), then compared with what was measured "
+           "(the median of its runs, where the report keeps several). "
            "The error is relative: (predicted &minus; measured) / measured.</p>")
     if df["predicted_step_s"].notna().any():
         s.figure("what-if-plot", predicted_vs_measured(df))
