@@ -98,6 +98,20 @@ def test_a_point_run_several_times_is_judged_by_the_median_of_its_runs():
     assert summary.iloc[-1]["points"] == 4 and summary.iloc[-1]["run_spread_mean"] == pytest.approx(0.6)
 
 
+def test_a_model_with_records_of_its_own_is_fitted_on_them_alone():
+    # gpt2-debug runs at 1e-3 s/token; another preset of the same system erratically (no rate fits it).
+    # With three records of its own, a gpt2-debug point is predicted from those alone, not from a fit
+    # across both models.
+    mine = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (64, 128, 256, 512)]
+    other = [shape_for("gpt2-small", seq_len=s, micro_batch_size=1, precision="bf16") for s in (64, 128, 256)]
+    records = ([_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-3, 0.5) for s in mine]
+               + [_record("cpu", "genslm", s, s.tokens_per_step_per_device * 3e-3 * f, 0.5)
+                  for s, f in zip(other, (1.0, 1.6, 0.7))])
+    df = held_out(records, ["cpu"])
+    ours = df[df["study"] == "seq_length"]
+    assert len(ours) == 4 and ours["step_error"].abs().max() < 1e-6
+
+
 def test_exposed_communication_fitted_from_multi_device_records(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(tmp_path))
     link = comm.Link(1.0, 100.0, "test link")

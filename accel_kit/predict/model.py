@@ -62,6 +62,7 @@ TERM_PENALTY = 0.03
 MEMORY_TERMS = ("runtime_baseline", "estimate", "accumulation_working_set")
 # Stated when a system has no training records: a GPT-2-sized model's MFU on a GPU is typically 30-50 %.
 NO_RECORDS_EFFICIENCY = 0.4
+SAME_PRESET_RECORDS = 3  # single-device records of the predicted preset that make a fit of its own
 MIN_FIT_RECORDS = 1  # with one record, one rate: enough for the same shape on more devices
 
 
@@ -364,7 +365,13 @@ class Predictor:
             counts = [r["params"]["devices"] for r in g]
             return (shape.devices in counts, max((c for c in counts if c <= shape.devices), default=0), len(g))
 
-        return max(groups, key=rank)
+        best = max(groups, key=rank)
+        # The model's own records where there are enough of them: a rate fitted across models (a codon
+        # vocabulary, another width) carries their differences into this one's prediction.
+        same = [r for r in best if r["params"]["preset"] == shape.preset]
+        if sum(r["params"]["devices"] == 1 for r in same) >= SAME_PRESET_RECORDS:
+            return same
+        return best
 
     def link(self, devices: int) -> Link:
         return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe)
