@@ -10,7 +10,6 @@ where link figures come from, ``heldout`` how the error is measured. ``accel-kit
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -158,22 +157,13 @@ def _precision(requested: str, system, predictor: Predictor) -> str:
     return adapter.resolve_precision("auto").precision if adapter.availability() else "bf16"
 
 
-NOTEBOOK_NAMES = ("system", "profile", "output_dir")
-
-
 def run_notebook(namespace: dict[str, Any]) -> WhatIf:
     """``what_if`` from a notebook's parameters cell (its globals()); an unknown injected parameter is an error."""
-    from accel_kit.studies import NOTEBOOK_PROFILE_ENV, _injected_names
+    from accel_kit.studies import NOTEBOOK_NAMES, injected_parameters, notebook_profile
 
-    known = set(NOTEBOOK_NAMES) | set(WhatIfParams.parameter_names())
-    injected = _injected_names(namespace)
-    unknown = sorted(set(injected) - known)
-    if unknown:
-        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook {STUDY!r}; "
-                             f"known: {', '.join(sorted(known))}")
-    profile = namespace.get("profile", "quick")
-    if "profile" not in injected and os.environ.get(NOTEBOOK_PROFILE_ENV):
-        profile = os.environ[NOTEBOOK_PROFILE_ENV]
+    # The study notebooks' names (system, profile, output_dir), then what to predict.
+    injected = injected_parameters(STUDY, namespace, sorted(set(NOTEBOOK_NAMES) | set(WhatIfParams.parameter_names())))
+    profile = notebook_profile(namespace, injected)
     overrides = {n: namespace.get(n) for n in WhatIfParams.parameter_names()}
     if namespace.get("output_dir") and not overrides.get("records"):
         overrides["records"] = [str(namespace["output_dir"])]

@@ -159,12 +159,9 @@ def run_notebook(namespace: dict[str, Any]) -> Report:
 
     An injected parameter the notebook does not declare is an error (papermill would only warn).
     """
-    from accel_kit.studies import _injected_names
+    from accel_kit.studies import injected_parameters
 
-    unknown = sorted(set(_injected_names(namespace)) - set(NOTEBOOK_NAMES))
-    if unknown:
-        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook 'report'; "
-                             f"known: {', '.join(NOTEBOOK_NAMES)}")
+    injected_parameters("report", namespace, NOTEBOOK_NAMES)
     folders = namespace.get("folders")
     if isinstance(folders, (str, os.PathLike)):
         folders = [folders]

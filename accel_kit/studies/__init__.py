@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -138,19 +138,29 @@ def run_notebook(study: str, namespace: dict[str, Any], *, progress: bool = True
     here such a parameter is an error. It is found in the cell papermill injects (its source
     starts with "# Parameters"), read from IPython's input history.
     """
-    known = set(NOTEBOOK_NAMES) | set(parameter_names(study))
-    injected = _injected_names(namespace)
-    unknown = sorted(set(injected) - known)
-    if unknown:
-        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook {study!r}; "
-                             f"known: {', '.join(sorted(known))}")
+    injected = injected_parameters(study, namespace, sorted(set(NOTEBOOK_NAMES) | set(parameter_names(study))))
     overrides = {name: namespace.get(name) for name in parameter_names(study)}
-    profile = namespace.get("profile", "quick")
+    return run_study(study, system=namespace.get("system", "cpu"), profile=notebook_profile(namespace, injected),
+                     output_dir=namespace.get("output_dir"), progress=progress, **overrides)
+
+
+def injected_parameters(notebook: str, namespace: dict[str, Any], known: Sequence[str]) -> list[str]:
+    """The names papermill injected into a notebook whose globals() are ``namespace``; one not in
+    ``known`` is a ParameterError (papermill itself only warns and runs on without it)."""
+    injected = _injected_names(namespace)
+    unknown = sorted(set(injected) - set(known))
+    if unknown:
+        raise ParameterError(f"unknown parameter {', '.join(map(repr, unknown))} for notebook {notebook!r}; "
+                             f"known: {', '.join(known)}")
+    return injected
+
+
+def notebook_profile(namespace: dict[str, Any], injected: list[str]) -> str:
+    """The profile a notebook runs: injected, else $ACCEL_KIT_NOTEBOOK_PROFILE, else its parameters cell's."""
     if "profile" not in injected and os.environ.get(NOTEBOOK_PROFILE_ENV):
         # `make test` runs the committed notebooks (nbval, which injects nothing) with the smoke profile.
-        profile = os.environ[NOTEBOOK_PROFILE_ENV]
-    return run_study(study, system=namespace.get("system", "cpu"), profile=profile,
-                     output_dir=namespace.get("output_dir"), progress=progress, **overrides)
+        return os.environ[NOTEBOOK_PROFILE_ENV]
+    return namespace.get("profile", "quick")
 
 
 def _injected_names(namespace: dict[str, Any]) -> list[str]:
