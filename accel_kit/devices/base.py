@@ -377,6 +377,8 @@ class BaseAdapter:
         return sparse
 
     def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+        from accel_kit.models.hf import block_output
+
         if grad_out is None:
             def step():
                 with torch.no_grad():
@@ -385,7 +387,5 @@ class BaseAdapter:
             def step():
                 module.zero_grad(set_to_none=True)
                 x.grad = None
-                out = module(x)
-                # transformers 4.x returns a tuple from GPT2Block, 5.x a tensor.
-                (out[0] if isinstance(out, tuple) else out).backward(grad_out)
+                block_output(module(x)).backward(grad_out)
         return step

@@ -37,6 +37,7 @@ import torch
 
 from accel_kit.devices._vendor import package_version
 from accel_kit.devices.cerebras import CerebrasOptions
+from accel_kit.models.hf import block_output
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.prune import prunable_layers
 from accel_kit.train.step import NotMeasured
@@ -445,14 +446,11 @@ class BlockStep:
             inp = batch[0]
             if not backward:
                 with torch.no_grad():
-                    out = self.compiled(inp)
-                    out = out[0] if isinstance(out, tuple) else out
+                    out = block_output(self.compiled(inp))
                 return out.float().mean()
             for p in params:
                 p.grad = None
-            out = self.compiled(inp)
-            out = out[0] if isinstance(out, tuple) else out
-            out.backward(batch[1])
+            block_output(self.compiled(inp)).backward(batch[1])
             return sum(p.grad.float().sum() for p in params)
 
         @cstorch.step_closure

@@ -9,6 +9,12 @@ import torch
 
 from accel_kit.models.gpt import GPT, GPTConfig
 
+def block_output(out) -> torch.Tensor:
+    """The hidden states a block returns: transformers 4.x's ``GPT2Block`` returns a tuple, 5.x and
+    ours a tensor."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
