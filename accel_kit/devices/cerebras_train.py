@@ -251,17 +251,12 @@ class CstorchSparsity:
 
 # --------------------------------------------------------------------------- training
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups as every system's step has them: weight decay on matrices only (not biases, LayerNorm)."""
-    params = [p for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-
-
 class _Executor:
-    """A DataExecutor driven one step at a time: ``step(fn)`` runs ``fn(batch)`` and the step's closures."""
+    """A DataExecutor driven one step at a time: ``step(fn)`` runs ``fn(batch)``, hands its output to
+    ``record`` (a ``cstorch.step_closure``), and ends the step, which runs the closures."""
 
-    def __init__(self, dataloader, num_steps: int):
+    def __init__(self, dataloader, num_steps: int, record):
+        self.record = record
         self.executor = cstorch.utils.data.DataExecutor(dataloader, num_steps=num_steps, checkpoint_steps=0)
         self._it = iter(self.executor)
         self._batch = next(self._it)  # starts the run: the model to the device, sparsity masks initialised
@@ -272,9 +267,6 @@ class _Executor:
         out = fn(self._batch)
         self.record(out)
         self._batch = next(self._it, None)  # the step's end: its closures run (record has its value)
-
-    def record(self, out) -> None:
-        raise NotImplementedError
 
     def rate_tracker(self) -> dict[str, Any]:
         """cstorch's own throughput: the executor profiler's rate tracker, now."""
@@ -296,7 +288,7 @@ class CstorchTrainer:
 
     def __init__(self, point: Any, model: torch.nn.Module, options: CerebrasOptions, *,
                  sparsity: CstorchSparsity | None = None):
-        from accel_kit.train.step import optim_for_point
+        from accel_kit.train.step import optim_for_point, param_groups
 
         self.point, self.options = point, options
         self.after_step = None  # (the worker clears it before dense fine-tuning; cstorch needs none)
@@ -304,7 +296,7 @@ class CstorchTrainer:
         self.backend_type = backend.backend_type.name
         self.compiled = cstorch.compile(model, backend)
         cfg = optim_for_point(point)
-        self.optimizer = cstorch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+        self.optimizer = cstorch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr,
                                              betas=(cfg.beta1, cfg.beta2), eps=ADAMW_EPS, correct_bias=True)
         if sparsity is not None:
             sparsity.attach(self.optimizer)
@@ -366,8 +358,7 @@ class CstorchTrainer:
         vocab = model.cfg.vocab_size
         dataloader = cstorch.utils.data.DataLoader(point_input_fn, point.model_dump(), vocab,
                                                    point.gas * point.devices)
-        self.executor = _Executor(dataloader, point.warmup_steps + point.steps + point.dense_finetune_steps)
-        self.executor.record = record
+        self.executor = _Executor(dataloader, point.warmup_steps + point.steps + point.dense_finetune_steps, record)
 
     def step(self) -> float:
         from accel_kit.train.step import NonFiniteLoss
@@ -461,8 +452,7 @@ class BlockStep:
         # Batch tensors only: cstorch infers the batch size from every tensor of a batch.
         items = (x.detach(), grad_out) if backward else (x.detach(),)
         dataloader = cstorch.utils.data.DataLoader(_repeat_input_fn, items)
-        self.executor = _Executor(dataloader, point.warmup + point.trials)
-        self.executor.record = record
+        self.executor = _Executor(dataloader, point.warmup + point.trials, record)
 
     def __call__(self) -> None:
         self.executor.step(self._step)
