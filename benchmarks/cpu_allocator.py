@@ -33,6 +33,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of both settings (default 2)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per point (default: the quick profile's)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     import torch
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch capability "

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import pandas as pd  # noqa: E402
 
 from accel_kit import studies  # noqa: E402
+from accel_kit.errors import AccelKitError  # noqa: E402
 from accel_kit.predict import error_summary, held_out, load_records  # noqa: E402
 
 STUDIES = ("seq_length", "gas", "scaling")
@@ -46,6 +47,9 @@ def main() -> int:
     args = ap.parse_args()
     if not args.run and not args.records:
         ap.error("give --records DIR or --run")
+    from accel_kit.systems import load_system
+
+    load_system(args.system)  # an unknown system: a one-line error before anything runs
     import torch
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch capability "
@@ -95,4 +99,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except AccelKitError as exc:  # an unknown system, a missing records folder: one line, not a traceback
+        sys.exit(f"{Path(__file__).name}: error: {exc}")

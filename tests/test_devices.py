@@ -75,6 +75,8 @@ def test_cpu_workers_keep_freed_memory_unless_told_otherwise():
         "GLIBC_TUNABLES": f"{mine}:glibc.malloc.mmap_threshold={MALLOC_TUNABLES['glibc.malloc.mmap_threshold']}"}
     assert malloc_env({"GLIBC_TUNABLES": ours}) == {}
     assert malloc_env({MALLOC_OPT_OUT: "default"}) == {}
+    with pytest.raises(ParameterError, match=f"{MALLOC_OPT_OUT} must be 'default'.*got 'off'"):
+        malloc_env({MALLOC_OPT_OUT: "off"})
     assert BaseAdapter().worker_env() == {}
 
 

@@ -111,8 +111,14 @@ def malloc_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """``GLIBC_TUNABLES`` with ``MALLOC_TUNABLES`` added; a setting the user already gave there wins,
     and ``ACCEL_KIT_CPU_MALLOC=default`` leaves glibc's defaults."""
     environ = os.environ if environ is None else environ
-    if environ.get(MALLOC_OPT_OUT, "").strip().lower() == "default":
+    choice = environ.get(MALLOC_OPT_OUT, "").strip().lower()
+    if choice == "default":
         return {}
+    if choice:
+        from accel_kit.errors import ParameterError
+
+        raise ParameterError(f"{MALLOC_OPT_OUT} must be 'default' (glibc's own malloc settings) or unset (the CPU "
+                             f"adapter's), got {environ[MALLOC_OPT_OUT]!r}")
     have = environ.get("GLIBC_TUNABLES", "")
     given = {item.split("=", 1)[0] for item in have.split(":") if "=" in item}
     extra = [f"{k}={v}" for k, v in MALLOC_TUNABLES.items() if k not in given]
