@@ -62,7 +62,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.atomic import atomic_path
     from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system
-    from accel_kit.train.launch import SCHEDULER_LAUNCHER, SUBMIT, render_jobscript
+    from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, render_jobscript
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
     if "launcher" not in module.Params.model_fields:  # the script passes -p launcher

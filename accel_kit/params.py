@@ -16,9 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from accel_kit.errors import ParameterError
 from accel_kit.paths import params_dir
 
-Precision = Literal["fp32", "fp16", "bf16"]
-# What a user may ask for: a precision, or "auto" (resolved per device by its adapter).
-PrecisionRequest = Literal["auto", "fp32", "fp16", "bf16"]
+from accel_kit.precision import Precision, PrecisionRequest  # noqa: F401  (declared once, re-exported)
 
 
 class StudyParams(BaseModel):

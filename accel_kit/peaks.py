@@ -15,9 +15,10 @@ from typing import Literal
 
 import torch
 
-from accel_kit.devices.base import DeviceAdapter, dtype_of
+from accel_kit.devices.base import DeviceAdapter
+from accel_kit.precision import dtype_of
 from accel_kit.timing import measure
-from accel_kit.train.point import Point
+from accel_kit.engine.point import Point
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Training throughput: our step against a plain transformers loop, and the sweep runner's overhead.
 
 1. Our ``Trainer.step`` (GPT from accel_kit.models, SDPA, fused AdamW; in bf16 the model is
-   bf16 with fp32 master weights, see accel_kit.train.step) against a plain loop over
+   bf16 with fp32 master weights, see accel_kit.engine.step) against a plain loop over
    transformers' ``GPT2LMHeadModel`` + ``torch.optim.AdamW`` under autocast, with the same
    preset, sequence, batch, clipping and batches; the two alternate in one process so
    drifting clocks hit both. Target: ours >= 1.2x.
@@ -33,10 +33,10 @@ from accel_kit.data import SyntheticBatches
 from accel_kit.devices import dtype_of, get_adapter
 from accel_kit.models import build_model
 from accel_kit.models.hf import to_hf
-from accel_kit.train import OptimConfig, Trainer
-from accel_kit.train.step import cast_for_precision, optim_for_point
-from accel_kit.train.point import TrainPoint
-from accel_kit.train.sweep import run_worker
+from accel_kit.engine import OptimConfig, Trainer
+from accel_kit.engine.step import cast_for_precision, optim_for_point
+from accel_kit.engine.point import TrainPoint
+from accel_kit.engine.sweep import run_worker
 
 
 def hf_stepper(model, batches, precision: str, optim: OptimConfig):

@@ -6,7 +6,7 @@ import signal
 import time
 from typing import Literal
 
-from accel_kit.train.point import Point
+from accel_kit.engine.point import Point
 
 
 class FaultPoint(Point):

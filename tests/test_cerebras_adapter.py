@@ -13,7 +13,7 @@ from accel_kit.devices import get_adapter
 from accel_kit.devices.cerebras import CerebrasOptions
 from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.systems import load_system
-from accel_kit.train.point import TrainPoint
+from accel_kit.engine.point import TrainPoint
 
 HAVE_CSTORCH = importlib.util.find_spec("cerebras") is not None and \
     importlib.util.find_spec("cerebras.pytorch") is not None

@@ -398,8 +398,8 @@ def test_block_point_records_flops_per_joule_or_an_error(monkeypatch):
 
 def test_train_point_records_tokens_per_joule(monkeypatch):
     from accel_kit.devices.cpu import CPUAdapter
-    from accel_kit.train.point import TrainPoint
-    from accel_kit.train.worker import measure_point
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.worker import measure_point
 
     monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(64.0))
     point = TrainPoint(system="cpu", preset="gpt2-debug", precision="fp32", micro_batch_size=2, seq_len=16, steps=2,
@@ -476,7 +476,7 @@ def test_energy_check_prints_joules_per_token(tmp_path):
 def _reduce_rank(rank, port, out):
     import torch.distributed as dist
 
-    from accel_kit.train.worker import _reduce_energy
+    from accel_kit.engine.worker import _reduce_energy
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     cpu = torch.device("cpu")
@@ -497,7 +497,7 @@ def _reduce_rank(rank, port, out):
 
 
 def test_energy_over_ranks(tmp_path):
-    from accel_kit.train.launch import free_port
+    from accel_kit.engine.launch import free_port
 
     out = tmp_path / "energy.pt"
     mp.spawn(_reduce_rank, args=(free_port(), str(out)), nprocs=2, join=True)

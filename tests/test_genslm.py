@@ -13,7 +13,7 @@ from accel_kit.data import IGNORE_INDEX, PaddedRowBatches, read_meta
 from accel_kit.errors import ParameterError
 from accel_kit.studies import genslm
 from accel_kit.tokenizers import load_tokenizer
-from accel_kit.train.attention import AttentionKernelUnavailable, kernel_of_ops, probe_attention_kernel
+from accel_kit.engine.attention import AttentionKernelUnavailable, kernel_of_ops, probe_attention_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(precision="bf16", micro_batch_size=2, steps=2, warmup_steps=1, measure_peak=False, timeout_s=180,
@@ -139,9 +139,9 @@ def test_user_fasta_with_ambiguous_bases_trains_with_forced_math_kernel(out_dir,
 
 
 def test_unavailable_kernel_is_unsupported_and_does_not_move_the_frontier():
-    from accel_kit.train.point import TrainPoint
-    from accel_kit.train.sweep import is_memory_failure
-    from accel_kit.train.worker import measure_point
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.sweep import is_memory_failure
+    from accel_kit.engine.worker import measure_point
 
     point = TrainPoint(system="cpu", preset="genslm-debug", precision="bf16", micro_batch_size=1, seq_len=32,
                        attention_kernel="efficient")

@@ -7,7 +7,7 @@ import pytest
 from sweep_checks import kill_and_resume
 
 from accel_kit import peaks, results, studies
-from accel_kit.train import sweep
+from accel_kit.engine import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(hidden_size=64, n_heads=4, seq_len=16, batch_sizes=[1, 2], precisions=["fp32", "bf16"],

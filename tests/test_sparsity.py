@@ -13,9 +13,9 @@ from accel_kit import sparsity as S
 from accel_kit.devices import get_adapter
 from accel_kit.errors import ParameterError
 from accel_kit.models import build_model
-from accel_kit.train import OptimConfig, Trainer
-from accel_kit.train.step import cast_for_precision
-from accel_kit.train.point import TrainPoint
+from accel_kit.engine import OptimConfig, Trainer
+from accel_kit.engine.step import cast_for_precision
+from accel_kit.engine.point import TrainPoint
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB, SEQ = 97, 16

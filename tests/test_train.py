@@ -6,9 +6,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from accel_kit.models import build_model
-from accel_kit.train import NonFiniteLoss, OptimConfig, Trainer, learning_rate
-from accel_kit.train.launch import distributed_env, render_jobscript, worker_command
-from accel_kit.train.point import TrainPoint
+from accel_kit.engine import NonFiniteLoss, OptimConfig, Trainer, learning_rate
+from accel_kit.engine.launch import distributed_env, render_jobscript, worker_command
+from accel_kit.engine.point import TrainPoint
 
 VOCAB, SEQ = 97, 16
 
@@ -48,7 +48,7 @@ def test_step_updates_and_schedules():
 
 
 def test_bf16_keeps_fp32_master_weights():
-    from accel_kit.train.step import cast_for_precision
+    from accel_kit.engine.step import cast_for_precision
 
     with pytest.raises(ValueError, match="bf16 model"):
         Trainer(_model(), iter([]), torch.device("cpu"), "bf16", 1, OptimConfig())
@@ -94,7 +94,7 @@ def _ddp_rank(rank, world, port, out):
 
 
 def test_two_process_ddp_equals_one_process(tmp_path):
-    from accel_kit.train.launch import free_port
+    from accel_kit.engine.launch import free_port
 
     out = tmp_path / "ddp.pt"
     mp.spawn(_ddp_rank, args=(2, free_port(), str(out)), nprocs=2, join=True)
@@ -138,7 +138,7 @@ def test_jobscripts(scheduler, marker):
 
 def test_deepspeed_zero1_two_processes(out_dir):
     pytest.importorskip("deepspeed")
-    from accel_kit.train.sweep import run_worker
+    from accel_kit.engine.sweep import run_worker
 
     point = TrainPoint(system="cpu", preset="gpt2-debug", vocab_size=VOCAB, precision="bf16", micro_batch_size=2,
                        gas=2, seq_len=SEQ, devices=2, devices_per_node=8, engine="deepspeed", steps=2, warmup_steps=1)

@@ -24,7 +24,7 @@ from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.models import build_model
 from accel_kit.systems import load_system
 from accel_kit.timing import measure
-from accel_kit.train.point import TrainPoint
+from accel_kit.engine.point import TrainPoint
 from vendor_standins import (Autocast, Calls, habana_factories, install, poptorch_factories,
                              sambaflow_factories)
 
@@ -242,7 +242,7 @@ def test_jobscripts_use_each_vendors_launch(system, scheduler, launcher, expecte
 
 
 def test_open_mpi_launcher_places_ranks_per_node():
-    from accel_kit.train.launch import worker_command
+    from accel_kit.engine.launch import worker_command
 
     cmd, env = worker_command("mpirun", 16, 2)
     assert cmd[:5] == ["mpirun", "-np", "16", "--map-by", "ppr:8:node"] and "MASTER_ADDR" in cmd and env
@@ -250,7 +250,7 @@ def test_open_mpi_launcher_places_ranks_per_node():
 
 def test_poprun_starts_each_ipu_point(monkeypatch):
     """The sweep runner puts the adapter's launcher before the worker: poprun with the point's replicas."""
-    import accel_kit.train.sweep as sweep
+    import accel_kit.engine.sweep as sweep
 
     seen = []
 
@@ -264,7 +264,7 @@ def test_poprun_starts_each_ipu_point(monkeypatch):
     with pytest.raises(Stop):
         sweep.run_worker(_point("bow-pod64", preset="gpt2-xl", devices=16, gas=128), timeout_s=5)
     assert seen[0][:4] == ["poprun", "--num-instances=1", "--num-replicas=4", "--ipus-per-replica=4"]
-    assert seen[0][4:7] == [sys.executable, "-m", "accel_kit.train.worker"]
+    assert seen[0][4:7] == [sys.executable, "-m", "accel_kit.engine.worker"]
     with pytest.raises(Stop):  # nothing before a GPU's or a CPU's worker
         sweep.run_worker(_point("cpu", devices=1, precision="fp32"), timeout_s=5)
     assert seen[1][0] == sys.executable
@@ -407,7 +407,7 @@ def test_ipu_call_order_options_and_one_timed_call(standins, clock):
     assert _one_timed_step(trainer, adapter, calls) == [
         "clock", "PoplarExecutor.__call__", "PoplarExecutor.setOptimizer", "clock"]  # the host clock around one call
     # the next call's learning rate (3 optimizer steps later) went to the IPUs with setOptimizer
-    from accel_kit.train.step import learning_rate, optim_for_point
+    from accel_kit.engine.step import learning_rate, optim_for_point
 
     assert calls.detail("PoplarExecutor.setOptimizer")[0]["lr"][0] == learning_rate(3, optim_for_point(point))
 
@@ -496,7 +496,7 @@ def test_compile_phase_is_its_own_process_command():
 
 def test_worker_records_an_ipu_point_by_its_layout(standins):
     """The worker's throughput follows the layout: one process, replicas of 4 IPUs, the global batch over them."""
-    from accel_kit.train.worker import measure_point
+    from accel_kit.engine.worker import measure_point
 
     calls = standins(poptorch_factories)
     point = _point("bow-pod64", devices=8, gas=4, precision="fp16", micro_batch_size=1, steps=2, warmup_steps=1)

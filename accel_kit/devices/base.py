@@ -19,15 +19,7 @@ from torch import nn
 
 from accel_kit.devices.power import EnergyMeter, UnavailableMeter
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# The lower precisions, in the order "auto" prefers them: bf16 trains without loss scaling.
-LOW_PRECISIONS = ("bf16", "fp16")
-
-
-def dtype_of(precision: str) -> torch.dtype:
-    """torch dtype for a precision name (fp32 / fp16 / bf16)."""
-    return DTYPES[precision]
+from accel_kit.precision import DTYPES, LOW_PRECISIONS, PRECISIONS, dtype_of  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -329,7 +321,7 @@ class BaseAdapter:
         return None
 
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        from accel_kit.train.step import cast_for_precision
+        from accel_kit.engine.step import cast_for_precision
 
         model = model.to(device)
         if getattr(point, "engine", "ddp") == "deepspeed":
@@ -338,11 +330,11 @@ class BaseAdapter:
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None) -> Any:
-        from accel_kit.train.step import Trainer, optim_for_point
+        from accel_kit.engine.step import Trainer, optim_for_point
 
         optim = optim_for_point(point)
         if point.engine == "deepspeed":
-            from accel_kit.train.deepspeed_engine import DeepSpeedTrainer
+            from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
 
             return DeepSpeedTrainer(point, model, batches, device, optim, world, self)
         if world > 1:

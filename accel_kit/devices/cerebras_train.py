@@ -40,7 +40,7 @@ from accel_kit.devices.cerebras import CerebrasOptions
 from accel_kit.models.hf import block_output
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.prune import prunable_layers
-from accel_kit.train.step import NotMeasured
+from accel_kit.engine.step import NotMeasured
 
 # AdamW's epsilon: torch's default, which every other system's step uses (cstorch's own default is 1e-6).
 ADAMW_EPS = 1e-8
@@ -137,8 +137,8 @@ class _StepBatches(torch.utils.data.IterableDataset):
         self.point_fields, self.vocab_size, self.micro = point_fields, vocab_size, micro
 
     def __iter__(self):
-        from accel_kit.train.point import TrainPoint
-        from accel_kit.train.worker import point_batches
+        from accel_kit.engine.point import TrainPoint
+        from accel_kit.engine.worker import point_batches
 
         source = point_batches(TrainPoint.model_validate(self.point_fields), self.vocab_size, rank=0)
         while True:
@@ -150,7 +150,7 @@ def point_input_fn(point_fields: dict, vocab_size: int, micro: int) -> torch.uti
     """The ``input_fn`` of ``cstorch.utils.data.DataLoader``: a torch DataLoader of the point's step batches.
 
     Module-level, with plain arguments: on a cluster it is shipped to the input workers, which
-    rebuild the point's batch source from its fields (``accel_kit.train.worker.point_batches``).
+    rebuild the point's batch source from its fields (``accel_kit.engine.worker.point_batches``).
     """
     return torch.utils.data.DataLoader(_StepBatches(point_fields, vocab_size, micro), batch_size=None)
 
@@ -288,7 +288,7 @@ class CstorchTrainer:
 
     def __init__(self, point: Any, model: torch.nn.Module, options: CerebrasOptions, *,
                  sparsity: CstorchSparsity | None = None):
-        from accel_kit.train.step import optim_for_point, param_groups
+        from accel_kit.engine.step import optim_for_point, param_groups
 
         self.point, self.options = point, options
         self.after_step = None  # (the worker clears it before dense fine-tuning; cstorch needs none)
@@ -300,7 +300,7 @@ class CstorchTrainer:
                                              betas=(cfg.beta1, cfg.beta2), eps=ADAMW_EPS, correct_bias=True)
         if sparsity is not None:
             sparsity.attach(self.optimizer)
-        # The schedule of every system's step (accel_kit.train.step.learning_rate): linear warm-up
+        # The schedule of every system's step (accel_kit.engine.step.learning_rate): linear warm-up
         # to lr, then cosine decay to min_lr, as cstorch schedulers (stepped inside the trace).
         warmup = cstorch.optim.lr_scheduler.LinearLR(self.optimizer, initial_learning_rate=cfg.lr / cfg.warmup_steps,
                                                      end_learning_rate=cfg.lr, total_iters=cfg.warmup_steps)
@@ -361,7 +361,7 @@ class CstorchTrainer:
         self.executor = _Executor(dataloader, point.warmup_steps + point.steps + point.dense_finetune_steps, record)
 
     def step(self) -> float:
-        from accel_kit.train.step import NonFiniteLoss
+        from accel_kit.engine.step import NonFiniteLoss
 
         before = len(self.losses)
         self.executor.step(self._train_step)

@@ -267,7 +267,7 @@ class PopTorchTrainer:
     """
 
     def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, layout: Layout):
-        from accel_kit.train.step import learning_rate, optim_for_point, param_groups
+        from accel_kit.engine.step import learning_rate, optim_for_point, param_groups
 
         self.poptorch, self.batches = poptorch, batches
         self.gas, self.replicas, self.iterations = point.gas, layout.replicas, layout.steps_per_call
@@ -322,7 +322,7 @@ class PopTorchTrainer:
         return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
 
     def step(self) -> float:
-        from accel_kit.train.step import NonFiniteLoss, learning_rate
+        from accel_kit.engine.step import NonFiniteLoss, learning_rate
 
         x, y = self._next if self._next is not None else self._batch()
         self._next = None

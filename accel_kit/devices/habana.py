@@ -174,11 +174,11 @@ class HabanaAdapter(BaseAdapter):
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None) -> Any:
-        from accel_kit.train.step import optim_for_point
+        from accel_kit.engine.step import optim_for_point
 
         optim = optim_for_point(point)
         if point.engine == "deepspeed":
-            from accel_kit.train.deepspeed_engine import DeepSpeedTrainer
+            from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
 
             return DeepSpeedTrainer(point, model, batches, device, optim, world, self, graph_break=self.mark_step)
         if world > 1:
@@ -221,7 +221,7 @@ class HabanaTrainer:
 
     def __init__(self, model: nn.Module, batches, device: torch.device, precision: str, gas: int, optim, *,
                  mark_step, adamw, clip_norm, after_step=None):
-        from accel_kit.train.step import param_groups
+        from accel_kit.engine.step import param_groups
 
         self.model, self.batches, self.device, self.gas, self.optim_cfg = model, batches, device, gas, optim
         self.mark_step, self.after_step = mark_step, after_step
@@ -238,7 +238,7 @@ class HabanaTrainer:
         return contextlib.nullcontext() if last or no_sync is None else no_sync()
 
     def step(self) -> float:
-        from accel_kit.train.step import NonFiniteLoss, learning_rate
+        from accel_kit.engine.step import NonFiniteLoss, learning_rate
 
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step_count, self.optim_cfg)

@@ -209,7 +209,7 @@ def samba_model(samba, model: nn.Module) -> nn.Module:
 
 def samba_optimizers(samba, model: nn.Module, optim) -> list:
     """``samba.optim.AdamW`` per weight-decay group, gradient clipping inside (as SambaNova's GPT-2 tutorial)."""
-    from accel_kit.train.step import param_groups
+    from accel_kit.engine.step import param_groups
 
     return [samba.optim.AdamW(group["params"], lr=optim.lr, betas=(optim.beta1, optim.beta2),
                               weight_decay=group["weight_decay"], max_grad_norm=optim.grad_clip or None)
@@ -224,7 +224,7 @@ def samba_inputs(samba, x: torch.Tensor, y: torch.Tensor) -> list:
 
 def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter) -> dict[str, Any]:
     """Everything a PEF depends on; its hash names the PEF."""
-    from accel_kit.train.step import optim_for_point
+    from accel_kit.engine.step import optim_for_point
 
     optim = optim_for_point(point)
     spec = {"config": asdict(model.model.cfg), "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
@@ -255,7 +255,7 @@ def compile_pef(spec: dict[str, Any]) -> None:
     from sambaflow.samba.utils.argparser import parse_app_args
 
     from accel_kit.models.gpt import GPT, GPTConfig
-    from accel_kit.train.step import OptimConfig
+    from accel_kit.engine.step import OptimConfig
 
     model = samba_model(samba, GPT(GPTConfig(**spec["config"])))  # the graph, not the weights, is compiled
     optims = samba_optimizers(samba, model, OptimConfig(**spec["optim"]))
@@ -309,7 +309,7 @@ class SambaFlowTrainer:
     """
 
     def __init__(self, samba, utils, point, model: nn.Module, batches, world: int, adapter: SambaFlowAdapter):
-        from accel_kit.train.step import optim_for_point
+        from accel_kit.engine.step import optim_for_point
 
         self.samba, self.batches, self.data_parallel = samba, batches, world > 1
         self.optim_cfg = optim_for_point(point)
@@ -322,7 +322,7 @@ class SambaFlowTrainer:
         self.outputs = utils.trace_graph(model, inputs, optims, pef=str(pef), init_output_grads=True)
 
     def step(self) -> float:
-        from accel_kit.train.step import NonFiniteLoss, learning_rate
+        from accel_kit.engine.step import NonFiniteLoss, learning_rate
 
         x, y = next(self.batches)
         extra = {"data_parallel": True, "reduce_on_rdu": True} if self.data_parallel else {}

@@ -1,6 +1,6 @@
 """Will a training configuration fit a device? An estimate made before anything is allocated.
 
-Bytes per parameter (see ``accel_kit.train.step``): fp32 holds weights 4 + gradients 4 +
+Bytes per parameter (see ``accel_kit.engine.step``): fp32 holds weights 4 + gradients 4 +
 AdamW moments 8 = 16; bf16 holds bf16 weights and gradients (2 + 2) beside fp32 master
 weights and their gradients (4 + 4) and the moments (8) = 20; fp16 (autocast) holds fp32
 weights, gradients and moments (16) plus a 2-byte cast of the weights = 18. Activations per layer follow Korthikanti et al. 2022 ("Reducing
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accel_kit.models.gpt import GPTConfig
+from accel_kit.precision import spec
 
 GiB = 2**30
 
@@ -45,9 +46,13 @@ def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, se
 
     ``zero_shards`` > 1 divides the optimizer state (DeepSpeed ZeRO stage 1 over that many ranks).
     """
-    mixed = precision in ("fp16", "bf16")
-    weights = n_params * (4 + (2 if mixed else 0))
-    grads = n_params * (4 + (2 if precision == "bf16" else 0))
+    kind = spec(precision)
+    mixed = kind.mixed
+    # fp32 weights, plus a 16-bit copy where the step computes in 16 bits (bf16's model beside its fp32
+    # master weights; fp16 autocast's cached casts).
+    weights = n_params * (4 + (kind.bytes_per_element if mixed else 0))
+    # fp32 gradients, plus the 16-bit model's own where the optimizer updates fp32 master weights.
+    grads = n_params * (4 + (kind.bytes_per_element if kind.master_weights else 0))
     optimizer = n_params * 8 // max(1, zero_shards)
     act_scale = 1 if mixed else 2  # the 34 sbh figure is for 16-bit activations
     s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
@@ -59,7 +64,7 @@ def estimate_training_memory(cfg: GPTConfig, n_params: int, micro_batch: int, se
     # Logits in the compute dtype (kept: the model returns them), then at the loss's backward, all live
     # at once: log-softmax's fp32 output (saved for backward), its incoming gradient and the gradient it
     # returns (fp32 each). The fp32 cast of mixed-precision logits is freed after the forward.
-    logits = b * s * cfg.padded_vocab_size * ((2 if mixed else 4) + 4 + 4 + 4)
+    logits = b * s * cfg.padded_vocab_size * (kind.bytes_per_element + 4 + 4 + 4)
     return MemoryEstimate(n_params, weights, grads, optimizer, activations, logits)
 
 

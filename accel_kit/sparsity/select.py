@@ -12,6 +12,7 @@ from torch import nn
 
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
+from accel_kit.precision import spec
 from accel_kit.sparsity.prune import PrunedLayer
 
 if TYPE_CHECKING:
@@ -106,10 +107,10 @@ def autocast_factory(weight: torch.Tensor, precision: str) -> Callable[[], Any]:
 
     (``Trainer`` runs fp16 under autocast with fp32 weights, and bf16 on a bf16 model without it.)
     """
-    if precision == "fp32" or weight.dtype != torch.float32:
+    kind = spec(precision)
+    if not kind.mixed or weight.dtype != torch.float32:
         return contextlib.nullcontext
-    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-    return lambda: torch.autocast(weight.device.type, dtype=dtype)  # autocast where the weights are
+    return lambda: torch.autocast(weight.device.type, dtype=kind.dtype)  # autocast where the weights are
 
 
 def time_layer(dense: nn.Linear, kernel: KernelLinear, tokens: int, dtype: torch.dtype,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from accel_kit.devices.base import dtype_of
+from accel_kit.precision import dtype_of
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import KernelLinear
 from accel_kit.sparsity.prune import Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers

@@ -1,9 +1,9 @@
 """What the training studies (scaling, sequence length, GAS, ...) share: parameters, points, running.
 
 A training study's parameters are ``TrainSpec`` (every field of a training point, declared
-once in ``accel_kit.train.point``) plus the run's own settings below, plus its axes (lists
+once in ``accel_kit.engine.point``) plus the run's own settings below, plus its axes (lists
 that replace one of the spec's single values, e.g. ``seq_lens`` for ``seq_len``). Its points
-are built by ``make_point`` and run by the sweep runner (``accel_kit.train.sweep``), one
+are built by ``make_point`` and run by the sweep runner (``accel_kit.engine.sweep``), one
 process per point.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit.params import StudyParams
 from accel_kit.systems import System
-from accel_kit.train.point import TrainPoint, TrainSpec
-from accel_kit.train.sweep import PeakReference, run_sweep
+from accel_kit.engine.point import TrainPoint, TrainSpec
+from accel_kit.engine.sweep import PeakReference, run_sweep
 
 
 class TrainingParams(StudyParams, TrainSpec):

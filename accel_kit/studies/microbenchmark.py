@@ -20,13 +20,13 @@ from pydantic import Field, PositiveInt, model_validator
 from accel_kit import energy
 from accel_kit import flops as F
 from accel_kit import peaks, results
-from accel_kit.devices import PRECISIONS, dtype_of
+from accel_kit.precision import PRECISIONS, dtype_of
 from accel_kit.models.block import Block, BlockConfig
 from accel_kit.params import Precision, StudyParams
 from accel_kit.systems import System
 from accel_kit.timing import OverBudget, measure
-from accel_kit.train.point import Point
-from accel_kit.train.sweep import PeakReference, run_sweep
+from accel_kit.engine.point import Point
+from accel_kit.engine.sweep import PeakReference, run_sweep
 
 STUDY = "microbenchmark"
 GiB = 2**30
@@ -141,7 +141,7 @@ def measure_block(point: BlockPoint) -> dict:
     """Measure one point in this (worker) process; returns its result for the record."""
     from accel_kit.models.memory import estimate_block_memory
     from accel_kit.systems import load_system
-    from accel_kit.train.worker import over_budget_before_start
+    from accel_kit.engine.worker import over_budget_before_start
 
     adapter = load_system(point.system).adapter_instance()
     device = adapter.prepare()

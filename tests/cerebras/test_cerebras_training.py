@@ -17,8 +17,8 @@ cstorch = pytest.importorskip("cerebras.pytorch", reason="needs the Cerebras env
 import torch  # noqa: E402
 
 from accel_kit import results, studies  # noqa: E402
-from accel_kit.train.point import TrainPoint  # noqa: E402
-from accel_kit.train.sweep import run_worker  # noqa: E402
+from accel_kit.engine.point import TrainPoint  # noqa: E402
+from accel_kit.engine.sweep import run_worker  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(system="cerebras-cpu", preset="gpt2-debug", micro_batch_size=4, seq_len=32, warmup_steps=1, lr=3e-3)

@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from accel_kit.train.step import NonFiniteLoss, OptimConfig, learning_rate
+from accel_kit.engine.step import NonFiniteLoss, OptimConfig, learning_rate
 
 
 def deepspeed_config(point, optim: OptimConfig, world: int, optimizer_params: dict | None = None) -> dict:
@@ -35,7 +35,7 @@ def deepspeed_config(point, optim: OptimConfig, world: int, optimizer_params: di
 
 
 class DeepSpeedTrainer:
-    """Same interface as ``accel_kit.train.step.Trainer``: ``step()`` runs one optimizer step.
+    """Same interface as ``accel_kit.engine.step.Trainer``: ``step()`` runs one optimizer step.
 
     ``graph_break``: called after each backward and each engine step, where a device that records
     operations into a lazy graph must cut it (the adapter's choice; None elsewhere).

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from accel_kit.devices import dtype_of
+from accel_kit.precision import spec
 
 
 class NonFiniteLoss(RuntimeError):
@@ -62,7 +62,7 @@ def optim_for_point(point) -> OptimConfig:
 
 def cast_for_precision(model: nn.Module, precision: str) -> nn.Module:
     """Cast the model to what ``Trainer`` expects for ``precision`` (bf16: bf16 weights); call before DDP."""
-    return model.to(torch.bfloat16) if precision == "bf16" else model
+    return model.to(spec(precision).model_dtype)
 
 
 def param_groups(model: nn.Module | list[torch.Tensor], weight_decay: float) -> list[dict]:
@@ -113,15 +113,17 @@ class Trainer:
         # Unique trainable parameters (a tied embedding once), in a fixed order.
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.master: list[torch.Tensor] | None = None
-        if precision == "bf16":
-            if any(p.dtype != torch.bfloat16 for p in self.params):
-                raise ValueError("precision bf16 expects a bf16 model: call cast_for_precision(model, 'bf16') first")
+        kind = spec(precision)
+        if kind.master_weights:
+            if any(p.dtype != kind.model_dtype for p in self.params):
+                raise ValueError(f"precision {precision} expects a {kind.model_dtype} model: "
+                                 f"call cast_for_precision(model, {precision!r}) first")
             self.master = [p.detach().float().requires_grad_(True) for p in self.params]
         self.optimizer = make_optimizer(self.master if self.master is not None else model, optim,
                                         fused=fused_optimizer)
-        self._autocast = (torch.autocast(device.type, dtype=dtype_of(precision)) if precision == "fp16"
+        self._autocast = (torch.autocast(device.type, dtype=kind.autocast_dtype) if kind.autocast_dtype is not None
                           else contextlib.nullcontext())
-        self.scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+        self.scaler = torch.amp.GradScaler(device.type) if kind.loss_scaling else None
 
     def _no_sync(self, last: bool):
         no_sync = getattr(self.model, "no_sync", None)

@@ -29,11 +29,11 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
-from accel_kit.train.launch import worker_command
-from accel_kit.train.point import Point
+from accel_kit.engine.launch import worker_command
+from accel_kit.engine.point import Point
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
-#: How the worker starts the reason of a point estimated not to fit (``accel_kit.train.worker``).
+#: How the worker starts the reason of a point estimated not to fit (``accel_kit.engine.worker``).
 NOT_FIT_REASON = "does not fit"
 
 

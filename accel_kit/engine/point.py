@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from accel_kit.params import Precision, PrecisionRequest
-from accel_kit.train.attention import AttentionKernel
+from accel_kit.engine.attention import AttentionKernel
 
 
 class TrainSpec(BaseModel):
@@ -38,7 +38,7 @@ class TrainSpec(BaseModel):
     seed: int = 0
     activation_checkpointing: bool = False
     torch_compile: bool = False
-    # SDPA kernel: "auto" lets PyTorch choose; the others force one (accel_kit.train.attention).
+    # SDPA kernel: "auto" lets PyTorch choose; the others force one (accel_kit.engine.attention).
     attention_kernel: AttentionKernel = "auto"
     lr: float = Field(default=6e-4, gt=0)
     weight_decay: float = Field(default=0.1, ge=0)
@@ -169,7 +169,7 @@ class TrainPoint(Point, TrainSpec):
         return _hash(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"}))
 
     def measure(self, rank: int, world: int) -> dict:
-        from accel_kit.train.worker import measure_point
+        from accel_kit.engine.worker import measure_point
 
         return measure_point(self, rank, world)
 
@@ -181,7 +181,7 @@ def _hash(fields: dict[str, Any]) -> str:
 
 # Point kinds the worker can run: name -> "module:Class", imported when a point of the kind arrives.
 POINT_KINDS = {
-    "train": "accel_kit.train.point:TrainPoint",
+    "train": "accel_kit.engine.point:TrainPoint",
     "block": "accel_kit.studies.microbenchmark:BlockPoint",
     "peak": "accel_kit.peaks:PeakPoint",
 }

@@ -1,10 +1,10 @@
 """Runs one point in this process (or, under torchrun, in each of its ranks).
 
-    python -m accel_kit.train.worker --point point.json --out result.json
+    python -m accel_kit.engine.worker --point point.json --out result.json
 
 The sweep runner starts one worker (or one torchrun group) per point, so an out-of-memory,
 a crash or a hang costs that point only. The point file names its kind (a training step, a
-block of the microbenchmark, a matmul peak; ``accel_kit.train.point.POINT_KINDS``); rank 0
+block of the microbenchmark, a matmul peak; ``accel_kit.engine.point.POINT_KINDS``); rank 0
 writes the result JSON atomically and the sweep runner turns it into a record. Outcomes that
 are the point's own (OOM, a non-finite loss, a model that cannot fit, a time budget that
 cannot be met) are written as statuses, not raised; anything unexpected keeps its traceback.
@@ -57,13 +57,13 @@ def measure_point(point, rank: int, world: int) -> dict:
     from accel_kit import energy
     from accel_kit import flops as F
     from accel_kit import peaks, results
-    from accel_kit.devices import dtype_of
+    from accel_kit.precision import dtype_of
     from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
     from accel_kit.sparsity import record_metrics
     from accel_kit.systems import load_system
     from accel_kit.timing import OverBudget, measure
-    from accel_kit.train.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
-    from accel_kit.train.step import NonFiniteLoss, NotMeasured
+    from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
+    from accel_kit.engine.step import NonFiniteLoss, NotMeasured
 
     adapter = load_system(point.system).adapter_instance()
     device = adapter.prepare(int(os.environ.get("LOCAL_RANK", 0)))
@@ -261,8 +261,8 @@ def _reduce_max(values: list[float], device: torch.device, world: int) -> list[f
 
 def main(argv: list[str] | None = None) -> int:
     from accel_kit.atomic import write_json_atomic
-    from accel_kit.train.launch import distributed_env
-    from accel_kit.train.point import load_point
+    from accel_kit.engine.launch import distributed_env
+    from accel_kit.engine.point import load_point
 
     ap = argparse.ArgumentParser(description="run one accel-kit point")
     ap.add_argument("--point", required=True, type=Path, help="the point's JSON (its fields, with its kind)")

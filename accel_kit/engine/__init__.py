@@ -1,6 +1,6 @@
 """Pre-training engine: one training step (``step``), a point run in a worker process
 (``worker``), and the sweep runner that isolates, records and resumes points (``sweep``)."""
-from accel_kit.train.point import TrainPoint
-from accel_kit.train.step import NonFiniteLoss, OptimConfig, Trainer, learning_rate, make_optimizer
+from accel_kit.engine.point import TrainPoint
+from accel_kit.engine.step import NonFiniteLoss, OptimConfig, Trainer, learning_rate, make_optimizer
 
 __all__ = ["TrainPoint", "NonFiniteLoss", "OptimConfig", "Trainer", "learning_rate", "make_optimizer"]

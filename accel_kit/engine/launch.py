@@ -19,7 +19,7 @@ from pathlib import Path
 from accel_kit.errors import ParameterError
 
 LAUNCHERS = ("local", "mpiexec", "mpirun", "srun")
-WORKER = ["-m", "accel_kit.train.worker"]
+WORKER = ["-m", "accel_kit.engine.worker"]
 
 # Rank variables of common launchers: (rank, world size, local rank).
 _RANK_VARS = [
