@@ -177,13 +177,6 @@ class DeviceAdapter(Protocol):
     def unsupported_reason(self, point: Any) -> str | None:
         """Why ``point`` (its kind, engine, device count...) cannot run on this programming model; None if it can."""
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer)."""
-
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        """The object whose ``step()`` runs ``layout().steps_per_call`` optimizer steps of ``point`` and returns the loss."""
-
     def layout(self, devices: int) -> Layout:
         """How a training point on ``devices`` devices runs: processes, data-parallel replicas, steps per call."""
 
@@ -200,13 +193,10 @@ class DeviceAdapter(Protocol):
     def job_launch(self, scheduler: str) -> JobLaunch:
         """What a job script for this device needs (launcher, environment, scheduler lines)."""
 
-    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
-        """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
-        ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
-
-    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
-        """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
-        (``grad_out`` given)."""
+    def programming_model(self, eager: Any) -> Any:
+        """What builds and steps a point here: ``eager`` (the engine's eager-PyTorch default, an
+        ``accel_kit.engine.eager.EagerModel``) or a vendor's object with the same methods
+        (``prepare_model``, ``make_sparsity``, ``make_trainer``, ``make_block_step``), which may wrap it."""
 
 
 class BaseAdapter:
@@ -305,11 +295,9 @@ class BaseAdapter:
     def energy_meter(self, index: int = 0) -> EnergyMeter:
         return UnavailableMeter(f"adapter {self.name!r} reads no energy (it has no energy_meter of its own)")
 
-    # --- The programming model: how a training point is built and stepped. The defaults are eager
-    # PyTorch (DDP or DeepSpeed across ranks); a vendor whose model differs (a compiled graph, a
-    # session per step, a host-driven device loop) overrides these and nothing else changes.
-    # The worker calls them in order on one adapter instance per point: prepare_model,
-    # make_sparsity, make_trainer (so an adapter may hand state from one to the next).
+    # --- The programming model: how a point is built and stepped is the engine's (accel_kit.engine.eager);
+    # a vendor whose model differs (a compiled graph, a session per step, a host-driven device loop)
+    # returns its own from programming_model and nothing else changes.
 
     def configure(self, options: dict[str, Any]) -> None:
         if options:
@@ -319,30 +307,6 @@ class BaseAdapter:
 
     def unsupported_reason(self, point: Any) -> str | None:
         return None
-
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        from accel_kit.engine.step import cast_for_precision
-
-        model = model.to(device)
-        if getattr(point, "engine", "ddp") == "deepspeed":
-            return model  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
-        return cast_for_precision(model, point.precision)
-
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        from accel_kit.engine.step import Trainer, optim_for_point
-
-        optim = optim_for_point(point)
-        if point.engine == "deepspeed":
-            from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
-
-            return DeepSpeedTrainer(point, model, batches, device, optim, world, self)
-        if world > 1:
-            model = self.wrap_ddp(model, device)
-        if point.torch_compile:
-            model = torch.compile(model)
-        return Trainer(model, iter(batches), device, point.precision, point.gas, optim, after_step=after_step,
-                       fused_optimizer=self.fused_optimizer())
 
     def layout(self, devices: int) -> Layout:
         return Layout(processes=devices, replicas=devices)
@@ -359,25 +323,5 @@ class BaseAdapter:
     def job_launch(self, scheduler: str) -> JobLaunch:
         return JobLaunch()
 
-    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
-        from accel_kit.sparsity import WeightSparsity
-
-        # Magnitude pruning with masks re-applied after each step (the trainer's after_step), and the
-        # execution path: a sparse kernel where this device has one that beats dense.
-        sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
-        sparse.select_kernels(point.sparse_kernels, self, point.precision, point.micro_batch_size * point.seq_len)
-        return sparse
-
-    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
-        from accel_kit.models.hf import block_output
-
-        if grad_out is None:
-            def step():
-                with torch.no_grad():
-                    module(x)
-        else:
-            def step():
-                module.zero_grad(set_to_none=True)
-                x.grad = None
-                block_output(module(x)).backward(grad_out)
-        return step
+    def programming_model(self, eager: Any) -> Any:
+        return eager

@@ -116,7 +116,7 @@ class Trainer:
         kind = spec(precision)
         if kind.master_weights:
             if any(p.dtype != kind.model_dtype for p in self.params):
-                raise ValueError(f"precision {precision} expects a {kind.model_dtype} model: "
+                raise ValueError(f"precision {precision} expects a {precision} model: "
                                  f"call cast_for_precision(model, {precision!r}) first")
             self.master = [p.detach().float().requires_grad_(True) for p in self.params]
         self.optimizer = make_optimizer(self.master if self.master is not None else model, optim,

@@ -57,6 +57,7 @@ def measure_point(point, rank: int, world: int) -> dict:
     from accel_kit import energy
     from accel_kit import flops as F
     from accel_kit import peaks, results
+    from accel_kit.engine.eager import programming_model
     from accel_kit.precision import dtype_of
     from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
     from accel_kit.sparsity import record_metrics
@@ -138,12 +139,13 @@ def measure_point(point, rank: int, world: int) -> dict:
                       "reason": "weight sparsity re-applies its masks after each optimizer step (Trainer.after_step); "
                                 "the DeepSpeed engine here has no such hook"}
     torch.manual_seed(point.seed)
-    model = adapter.prepare_model(build_model(point.preset, activation_checkpointing=point.activation_checkpointing,
+    runtime = programming_model(adapter)  # eager PyTorch, or the vendor's own
+    model = runtime.prepare_model(build_model(point.preset, activation_checkpointing=point.activation_checkpointing,
                                               **overrides), point, device)
     # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
-    sparse = adapter.make_sparsity(model, point, device)
+    sparse = runtime.make_sparsity(model, point, device)
     batches = point_batches(point, cfg.vocab_size, rank)
-    trainer = adapter.make_trainer(point, model, batches, device, world,
+    trainer = runtime.make_trainer(point, model, batches, device, world,
                                    after_step=sparse.apply_masks if sparse.active else None)
 
     losses: list[float] = []

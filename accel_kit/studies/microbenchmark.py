@@ -139,6 +139,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
 
 def measure_block(point: BlockPoint) -> dict:
     """Measure one point in this (worker) process; returns its result for the record."""
+    from accel_kit.engine.eager import programming_model
     from accel_kit.models.memory import estimate_block_memory
     from accel_kit.systems import load_system
     from accel_kit.engine.worker import over_budget_before_start
@@ -174,7 +175,7 @@ def measure_block(point: BlockPoint) -> dict:
     x = torch.randn(batch, point.seq_len, cfg.hidden_size, device=device, dtype=dtype,
                     requires_grad=direction == "forward_backward")
     # One iteration as the device's programming model runs it (eager PyTorch by default).
-    step = adapter.make_block_step(point, module, x, torch.randn_like(x) if direction == "forward_backward" else None)
+    step = programming_model(adapter).make_block_step(point, module, x, torch.randn_like(x) if direction == "forward_backward" else None)
     meter = adapter.energy_meter(0)  # the device prepare() selected; opened before the clock runs
     adapter.reset_peak_memory()
     try:

@@ -1,0 +1,107 @@
+"""The engine's default programming model: eager PyTorch, as a CPU, a CUDA or ROCm GPU runs it.
+
+Building and stepping a point's model is the engine's business, not the device's: the
+adapter says what the device is (its dtype support, its collective, its DDP wrapper, its
+fused optimizer, its sparse kernels), and this module turns that into a placed and cast
+model, a pruned model, a trainer and a microbenchmark step. A vendor whose programming model
+differs (PopTorch's compiled pipeline, cstorch's traced step, Habana's lazy mode, SambaFlow)
+replaces any of the four through one hook, ``adapter.programming_model(eager)``, which gets
+this default (and through it the engine's building blocks) and returns the object the worker
+calls. So ``accel_kit.devices`` never imports the engine.
+
+The worker calls, in order and on one instance per point: ``prepare_model``, ``make_sparsity``,
+``make_trainer`` (so a vendor's model may hand state from one to the next); a microbenchmark
+point calls ``make_block_step``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel_kit.engine import step as step_module
+
+
+class EagerModel:
+    """Eager PyTorch on ``adapter``'s torch device: DDP (or DeepSpeed) across ranks.
+
+    The engine's building blocks a vendor's programming model may reuse are attributes, so that
+    devices/ code reaches them through the object it is handed instead of importing the engine:
+    ``Trainer`` (the optimizer step, with ``graph_break`` and ``optimizer_step`` hooks),
+    ``optim_for_point``, ``param_groups``, ``learning_rate``, ``cast_for_precision``,
+    ``deepspeed_trainer`` and ``NotMeasured``.
+    """
+
+    Trainer = step_module.Trainer
+    NotMeasured = step_module.NotMeasured
+    NonFiniteLoss = step_module.NonFiniteLoss
+    OptimConfig = step_module.OptimConfig
+    optim_for_point = staticmethod(step_module.optim_for_point)
+    param_groups = staticmethod(step_module.param_groups)
+    learning_rate = staticmethod(step_module.learning_rate)
+    cast_for_precision = staticmethod(step_module.cast_for_precision)
+
+    def __init__(self, adapter: Any):
+        self.adapter = adapter
+
+    @staticmethod
+    def deepspeed_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, world: int,
+                          adapter: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's engine as a trainer (imported only when a point asks for it)."""
+        from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
+
+        return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
+
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer)."""
+        model = model.to(device)
+        if point.engine == "deepspeed":
+            return model  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
+        return step_module.cast_for_precision(model, point.precision)
+
+    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+        """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
+        ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
+        from accel_kit.sparsity import WeightSparsity
+
+        # Magnitude pruning with masks re-applied after each step (the trainer's after_step), and the
+        # execution path: a sparse kernel where this device has one that beats dense.
+        sparse = WeightSparsity(model, point.sparsity, point.sparsity_pattern)
+        sparse.select_kernels(point.sparse_kernels, self.adapter, point.precision,
+                              point.micro_batch_size * point.seq_len)
+        return sparse
+
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss."""
+        optim = step_module.optim_for_point(point)
+        if point.engine == "deepspeed":
+            return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter)
+        if world > 1:
+            model = self.adapter.wrap_ddp(model, device)
+        if point.torch_compile:
+            model = torch.compile(model)
+        return step_module.Trainer(model, iter(batches), device, point.precision, point.gas, optim,
+                                   after_step=after_step, fused_optimizer=self.adapter.fused_optimizer())
+
+    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+        """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
+        (``grad_out`` given)."""
+        from accel_kit.models.hf import block_output
+
+        if grad_out is None:
+            def step():
+                with torch.no_grad():
+                    module(x)
+        else:
+            def step():
+                module.zero_grad(set_to_none=True)
+                x.grad = None
+                block_output(module(x)).backward(grad_out)
+        return step
+
+
+def programming_model(adapter: Any) -> Any:
+    """What builds and steps a point on ``adapter``: the eager default, or the vendor's replacement."""
+    return adapter.programming_model(EagerModel(adapter))
