@@ -11,14 +11,13 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+
 
 import torch
 
 from accel_kit.devices.base import DeviceAdapter
 from accel_kit.precision import dtype_of
 from accel_kit.timing import measure
-from accel_kit.engine.point import Point
 
 
 @dataclass(frozen=True)
@@ -214,17 +213,3 @@ def measure_matmul_peak(adapter: DeviceAdapter, precision: str, *, sizes: tuple[
         del a, b  # free this shape's operands before the next one is allocated
     best = max(per_shape, key=per_shape.__getitem__)
     return MeasuredPeak(precision, per_shape[best], best, per_shape, skipped)
-
-
-class PeakPoint(Point):
-    """A matmul-peak measurement run by the sweep runner in a worker process of its own."""
-
-    kind: Literal["peak"] = "peak"
-    shapes: list[tuple[int, int, int]] = []
-
-    def measure(self, rank: int, world: int) -> dict:
-        from accel_kit.systems import load_system
-
-        adapter = load_system(self.system).adapter_instance()
-        adapter.prepare()
-        return {"status": "ok", "peak": measure_matmul_peak(adapter, self.precision, shapes=tuple(self.shapes)).to_dict()}

@@ -1,14 +1,15 @@
 """Systems: flat YAML machine descriptions in ``params/systems/<id>.yaml``."""
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
-from accel_kit.devices import DeviceAdapter, require_adapter
-from accel_kit.errors import ParameterError
+from accel_kit.devices import DeviceAdapter, get_adapter
+from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.params import Precision, PrecisionRequest
 from accel_kit.paths import params_dir
 
@@ -47,9 +48,23 @@ class System(BaseModel):
     # cluster's appliance (launch.SCHEDULERS).
     schedulers: list[Literal["pbs", "slurm", "appliance"]] = Field(default=["pbs", "slurm"], min_length=1)
 
+    def device_adapter(self) -> DeviceAdapter:
+        """The system's device adapter, configured with its options, unchecked; one per process and system
+        (an adapter may hold what it measured, e.g. the CPU's precision probe, for every point after)."""
+        return _adapter(self.adapter, json.dumps(self.options, sort_keys=True, default=str))
+
     def adapter_instance(self) -> DeviceAdapter:
-        """The device adapter, or an UnavailableError naming this system and why."""
-        return require_adapter(self.adapter, system=self.id, options=self.options)
+        """The device adapter (``device_adapter``), or an UnavailableError naming this system and why."""
+        adapter = self.device_adapter()
+        avail = adapter.availability()
+        if not avail:
+            raise UnavailableError(f"system {self.id!r} (adapter {self.adapter}) is not available here: {avail.reason}")
+        return adapter
+
+
+@lru_cache(maxsize=None)
+def _adapter(name: str, options_json: str) -> DeviceAdapter:
+    return get_adapter(name, json.loads(options_json))
 
 
 def system_ids() -> list[str]:

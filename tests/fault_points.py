@@ -18,7 +18,7 @@ class FaultPoint(Point):
     def label(self) -> str:
         return self.fault
 
-    def measure(self, rank: int, world: int) -> dict:
+    def measure(self, ctx) -> dict:
         import torch
 
         if self.fault == "oom":

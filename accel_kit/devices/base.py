@@ -308,6 +308,15 @@ class BaseAdapter:
     def unsupported_reason(self, point: Any) -> str | None:
         return None
 
+    def unsupported_train(self, point: Any) -> str | None:
+        return None
+
+    def unsupported_block(self, point: Any) -> str | None:
+        return None
+
+    def unsupported_peak(self, point: Any) -> str | None:
+        return None
+
     def layout(self, devices: int) -> Layout:
         return Layout(processes=devices, replicas=devices)
 

@@ -1,10 +1,15 @@
-"""Training points: every field that determines one is declared once, in ``TrainSpec``.
+"""Points: plain typed data, one class per kind (a training step, one block, a matmul peak).
 
-A study's parameters inherit ``TrainSpec`` (with None meaning "the system's default" for
-the few fields a system sets); ``TrainPoint`` is the same spec fully resolved for one point,
-plus what the run resolved for it (the system, where its data was prepared, the measured
-peak). The worker, the record and the resume key all derive from ``TrainPoint``, so a new
-training parameter is one line here.
+A point is what one measurement *is*; how it is measured lives elsewhere
+(``accel_kit.engine.kinds`` maps a kind to its measurement), so this module imports no
+measurement code and names no upper layer.
+
+Training: every field that determines one is declared once, in ``TrainSpec``. A study's
+parameters inherit ``TrainSpec`` (with None meaning "the system's default" for the few fields
+a system sets); ``TrainPoint`` is the same spec fully resolved for one point, plus what the run
+resolved for it (the system, where its data was prepared, the measured peak). The worker, the
+record and the resume key all derive from ``TrainPoint``, so a new training parameter is one
+line here.
 """
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from accel_kit.params import Precision, PrecisionRequest
 from accel_kit.engine.attention import AttentionKernel
+from accel_kit.precision import Precision, PrecisionRequest
 
 
 class TrainSpec(BaseModel):
@@ -82,6 +87,8 @@ class Point(BaseModel):
     peak: dict[str, Any] | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
     # The work its records' energy figure counts per joule: "tokens" (tokens_per_j), "flops"; None: none.
     ENERGY_WORK: ClassVar[str | None] = None
+    # The metric holding the point's achieved TFLOP/s per device (its MFU's numerator); None: none.
+    RATE_METRIC: ClassVar[str | None] = None
 
     @property
     def nodes(self) -> int:
@@ -112,16 +119,13 @@ class Point(BaseModel):
         """What a record stores of the point: the system is the record's own field, the peak goes to the metrics."""
         return self.model_dump(exclude={"peak", "system"})
 
-    def measure(self, rank: int, world: int) -> dict:
-        """Run the point in this (worker) process: {status, reason?, metrics, times_s, warmup_times_s, env}."""
-        raise NotImplementedError
-
 
 class TrainPoint(Point, TrainSpec):
     """One training point, fully resolved; the worker runs exactly this."""
 
     kind: Literal["train"] = "train"
     ENERGY_WORK: ClassVar[str | None] = "tokens"
+    RATE_METRIC: ClassVar[str | None] = "tflops_per_device"
     devices_per_node: PositiveInt = 1  # from the system: how the ranks spread over nodes
     micro_batch_size: PositiveInt
     seq_len: PositiveInt
@@ -168,32 +172,61 @@ class TrainPoint(Point, TrainSpec):
         """
         return _hash(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"}))
 
-    def measure(self, rank: int, world: int) -> dict:
-        from accel_kit.engine.worker import measure_point
-
-        return measure_point(self, rank, world)
-
 
 def _hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 
-# Point kinds the worker can run: name -> "module:Class", imported when a point of the kind arrives.
-POINT_KINDS = {
-    "train": "accel_kit.engine.point:TrainPoint",
-    "block": "accel_kit.studies.microbenchmark:BlockPoint",
-    "peak": "accel_kit.peaks:PeakPoint",
-}
+Direction = Literal["forward", "forward_backward"]
+Impl = Literal["native", "hf"]
+
+
+class BlockPoint(Point):
+    """One microbenchmark point: a transformer block of this shape, in this precision, timed in one direction."""
+
+    kind: Literal["block"] = "block"
+    ENERGY_WORK: ClassVar[str | None] = "flops"  # its records' energy figure is FLOPs per joule
+    RATE_METRIC: ClassVar[str | None] = "tflops"  # one device: the block's TFLOP/s is per device
+    impl: Impl
+    hidden_size: PositiveInt
+    n_heads: PositiveInt
+    mlp_ratio: PositiveInt
+    seq_len: PositiveInt
+    batch_size: PositiveInt
+    direction: Direction
+    warmup: int
+    trials: PositiveInt
+    tf32: bool
+    torch_compile: bool
+    noisy_cv: float
+    seed: int
+
+    def label(self) -> str:
+        return f"{self.impl} {self.precision} b={self.batch_size} {self.direction}"
+
+
+class PeakPoint(Point):
+    """A matmul-peak measurement (``accel_kit.peaks.measure_matmul_peak``) in a worker process of its own."""
+
+    kind: Literal["peak"] = "peak"
+    shapes: list[tuple[int, int, int]] = []
+
+
+# Point kinds by name; a worker's point file names its kind.
+POINT_CLASSES: dict[str, type[Point]] = {"train": TrainPoint, "block": BlockPoint, "peak": PeakPoint}
 
 
 def load_point(fields: dict[str, Any]) -> Point:
     """The point of its ``kind`` from its fields (a worker's point file).
 
-    A kind is a name in ``POINT_KINDS`` or a "module:Class" path (a point kind defined elsewhere,
-    e.g. the fault-injecting points of the runner's tests).
+    A kind is a name in ``POINT_CLASSES`` or a "module:Class" path (a point kind defined elsewhere,
+    e.g. the fault-injecting points of the runner's tests, which bring their own ``measure``).
     """
+    kind = fields["kind"]
+    if kind in POINT_CLASSES:
+        return POINT_CLASSES[kind].model_validate(fields)
     import importlib
 
-    module, cls = POINT_KINDS.get(fields["kind"], fields["kind"]).split(":")
+    module, cls = kind.split(":")
     return getattr(importlib.import_module(module), cls).model_validate(fields)

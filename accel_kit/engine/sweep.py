@@ -115,12 +115,11 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
 
 
 def _adapter_of(system_id: str):
-    """The system's adapter, unchecked (the worker checks availability and says why in the record)."""
-    from accel_kit.devices import get_adapter
+    """The system's adapter, unchecked (the worker checks availability and says why in the record); the
+    process's one instance (``System.device_adapter``)."""
     from accel_kit.systems import load_system
 
-    system = load_system(system_id)
-    return get_adapter(system.adapter, system.options)
+    return load_system(system_id).device_adapter()
 
 
 def _tail(output: bytes | None, lines: int) -> str:
@@ -131,7 +130,7 @@ def _tail(output: bytes | None, lines: int) -> str:
 class PeakReference:
     """The measured matmul peak per precision: before the sweep, and again when a point beats it.
 
-    Each measurement runs as a point of its own (``accel_kit.peaks.PeakPoint``) in a child
+    Each measurement runs as a point of its own (``accel_kit.engine.point.PeakPoint``) in a child
     process, so nothing it allocates stays in the runner.
     """
 
@@ -141,7 +140,7 @@ class PeakReference:
         self.best: dict[str, peaks.MeasuredPeak | None] = {}
 
     def measure(self, precision: str) -> peaks.MeasuredPeak | None:
-        from accel_kit.peaks import PeakPoint
+        from accel_kit.engine.point import PeakPoint
 
         result = run_worker(PeakPoint(system=self.system, precision=precision, shapes=list(self.shapes)),
                             timeout_s=self.timeout_s)
@@ -194,7 +193,7 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
                                 cpu_threads=cpu_threads)
             if peak and result.get("metrics", {}).get("mfu_measured_unreliable"):
-                _refresh_peak(result, peak.remeasure(point.precision))
+                _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
         record = results.make_record(
             study=study, system=point.system, status=result["status"], reason=result.get("reason"),
             device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
@@ -228,10 +227,10 @@ def _system_provenance(system_id: str) -> dict:
             "devices_per_node": system.devices_per_node}
 
 
-def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None) -> None:
+def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None, rate_metric: str | None) -> None:
     """Recompute a point's measured MFU against a re-measured (better) peak."""
     metrics = result["metrics"]
-    achieved = metrics.get("tflops_per_device", metrics.get("tflops"))
+    achieved = metrics.get(rate_metric) if rate_metric else None
     if best is None or achieved is None:
         return
     for stale in ("mfu_measured_unreliable", "mfu_measured_reason"):

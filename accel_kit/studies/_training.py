@@ -2,14 +2,17 @@
 
 A training study's parameters are ``TrainSpec`` (every field of a training point, declared
 once in ``accel_kit.engine.point``) plus the run's own settings below, plus its axes (lists
-that replace one of the spec's single values, e.g. ``seq_lens`` for ``seq_len``). Its points
-are built by ``make_point`` and run by the sweep runner (``accel_kit.engine.sweep``), one
-process per point.
+that replace one of the spec's single values, e.g. ``seq_lens`` for ``seq_len``, declared in
+``AXES``). Its points are built by ``make_point`` and run by the sweep runner
+(``accel_kit.engine.sweep``), one process per point. A study that differs from another only in
+its axes (scaling, sequence length, GAS) has no ``run`` of its own: ``study_runner`` makes it
+from the axes, the product of their sorted values, in the order the axes are declared.
 """
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
-from typing import Literal
+from typing import Callable, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -29,6 +32,8 @@ class TrainingParams(StudyParams, TrainSpec):
     measure_peak: bool = True
     launcher: Literal["local", "mpiexec", "mpirun", "srun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
+    # The study's axes: list parameter -> the TrainSpec field it sweeps (e.g. {"seq_lens": "seq_len"}).
+    AXES: ClassVar[dict[str, str]] = {}
 
     def check(self, system: System) -> None:
         if self.preset is not None and self.preset not in PRESETS:
@@ -36,17 +41,20 @@ class TrainingParams(StudyParams, TrainSpec):
                                  f"known: {', '.join(PRESETS)}")
 
 
+def requested_precision(params: TrainingParams, system: System) -> str:
+    """The precision asked for: the parameter, else the system's default (``auto`` included)."""
+    return params.precision or system.default_precision
+
+
 def resolve_precision(params: TrainingParams, system: System) -> PrecisionChoice:
     """The precision the points run in: the parameter or the system's default, resolved by the adapter."""
-    return system.adapter_instance().resolve_precision(params.precision or system.default_precision)
+    return system.adapter_instance().resolve_precision(requested_precision(params, system))
 
 
 def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, **axis) -> TrainPoint:
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
-    from accel_kit.devices import get_adapter
-
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
-    layout = get_adapter(system.adapter, system.options).layout(values["devices"])
+    layout = system.device_adapter().layout(values["devices"])
     values |= {"system": system.id, "devices_per_node": system.devices_per_node, "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
@@ -97,8 +105,32 @@ def run_points(study: str, params: TrainingParams, system: System, points: list[
     points = [p if p.data_path is not None else p.model_copy(update={"data_path": paths[p.data]}) for p in points]
     peak = PeakReference(system.id, peak_shapes(points), enabled=params.measure_peak)
     extra = params.model_dump(exclude=set(TrainSpec.model_fields)) | {
-        "profile": profile, "precision_requested": params.precision or system.default_precision}
+        "profile": profile, "precision_requested": requested_precision(params, system)}
     return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, launcher=params.launcher, max_nodes=params.max_nodes,
                      progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in points), default=1)),
                      peak=peak)
+
+
+def axis_points(params: TrainingParams, system: System, choice: PrecisionChoice) -> list[TrainPoint]:
+    """One point per combination of the study's axes (``AXES``), each axis's values sorted and once.
+
+    Sorted, so a sequence-length sweep finds its memory frontier before the longer lengths are tried.
+    """
+    names = list(type(params).AXES)
+    values = [sorted(set(getattr(params, name))) for name in names]
+    fields = [type(params).AXES[name] for name in names]
+    return [make_point(params, system, choice, **dict(zip(fields, combo))) for combo in itertools.product(*values)]
+
+
+def study_runner(study: str) -> Callable[..., list[dict]]:
+    """The ``run`` of a training study that differs from the others only in its axes."""
+
+    def run(params: TrainingParams, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
+            progress: bool = True) -> list[dict]:
+        points = axis_points(params, system, resolve_precision(params, system))
+        return run_points(study, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+                          progress=progress)
+
+    run.__doc__ = f"Measure (or resume) every point of the {study} study, each in its own process; one record each."
+    return run

@@ -5,34 +5,27 @@ amortises communication and the optimizer step over more tokens.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
-from accel_kit.systems import System
+from accel_kit.studies._training import TrainingParams, study_runner
 
 STUDY = "gas"
 KEYS = ["system", "preset", "precision", "devices", "micro_batch_size", "gas"]
 
 
 class Params(TrainingParams):
+    AXES: ClassVar[dict[str, str]] = {"micro_batch_sizes": "micro_batch_size", "gas_values": "gas"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"gas": "gas_values (a list)",
                                              "micro_batch_size": "micro_batch_sizes (a list)"}
     gas_values: list[PositiveInt] = Field(default=[1, 4], min_length=1)
     micro_batch_sizes: list[PositiveInt] = Field(default=[16], min_length=1)
 
 
-def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
-    choice = resolve_precision(params, system)
-    points = [make_point(params, system, choice, micro_batch_size=mb, gas=g)
-              for mb in sorted(set(params.micro_batch_sizes)) for g in sorted(set(params.gas_values))]
-    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+run = study_runner(STUDY)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:

@@ -11,27 +11,22 @@ natively at speed; an explicit list runs as asked, and emulated precisions say s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 import pandas as pd
-import torch
 from pydantic import Field, PositiveInt, model_validator
 
 from accel_kit import energy
 from accel_kit import flops as F
-from accel_kit import peaks, results
-from accel_kit.precision import PRECISIONS, dtype_of
-from accel_kit.models.block import Block, BlockConfig
-from accel_kit.params import Precision, StudyParams
-from accel_kit.systems import System
-from accel_kit.timing import OverBudget, measure
-from accel_kit.engine.point import Point
+from accel_kit import results
+from accel_kit.engine.block_measure import build_block  # noqa: F401  (kept importable from the study)
+from accel_kit.engine.point import BlockPoint, Direction, Impl
 from accel_kit.engine.sweep import PeakReference, run_sweep
+from accel_kit.params import Precision, StudyParams
+from accel_kit.precision import PRECISIONS
+from accel_kit.systems import System
 
 STUDY = "microbenchmark"
-GiB = 2**30
-Direction = Literal["forward", "forward_backward"]
-Impl = Literal["native", "hf"]
 
 
 class Params(StudyParams):
@@ -62,46 +57,6 @@ class Params(StudyParams):
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
         return self
-
-
-class BlockPoint(Point):
-    """One microbenchmark point: a block of this shape, in this precision, timed in one direction."""
-
-    kind: Literal["block"] = "block"
-    ENERGY_WORK: ClassVar[str] = "flops"  # its records' energy figure is FLOPs per joule
-    impl: Impl
-    hidden_size: PositiveInt
-    n_heads: PositiveInt
-    mlp_ratio: PositiveInt
-    seq_len: PositiveInt
-    batch_size: PositiveInt
-    direction: Direction
-    warmup: int
-    trials: PositiveInt
-    tf32: bool
-    torch_compile: bool
-    noisy_cv: float
-    seed: int
-
-    def label(self) -> str:
-        return f"{self.impl} {self.precision} b={self.batch_size} {self.direction}"
-
-    def measure(self, rank: int, world: int) -> dict:
-        return measure_block(self)
-
-
-def build_block(impl: str, cfg: BlockConfig, seq_len: int) -> torch.nn.Module:
-    """Our block, or transformers' GPT2Block (SDPA attention) of the same shape."""
-    if impl == "native":
-        return Block(cfg)
-    from transformers import GPT2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-    hf_cfg = GPT2Config(n_embd=cfg.hidden_size, n_head=cfg.n_heads, n_inner=cfg.mlp_ratio * cfg.hidden_size,
-                        n_positions=seq_len, layer_norm_epsilon=cfg.layer_norm_eps, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0)
-    hf_cfg._attn_implementation = "sdpa"
-    return GPT2Block(hf_cfg, layer_idx=0)
 
 
 def resolve_precisions(params: Params, system: System) -> list:
@@ -135,73 +90,6 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
         "precisions_requested": params.precisions}
     return run_sweep(STUDY, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, progress=progress, peak=peak)
-
-
-def measure_block(point: BlockPoint) -> dict:
-    """Measure one point in this (worker) process; returns its result for the record."""
-    from accel_kit.engine.eager import programming_model
-    from accel_kit.models.memory import estimate_block_memory
-    from accel_kit.systems import load_system
-    from accel_kit.engine.worker import over_budget_before_start
-
-    adapter = load_system(point.system).adapter_instance()
-    device = adapter.prepare()
-    adapter.set_tf32(point.tf32)
-    env = results.environment(adapter)
-    device_model = env["device"]["model"]
-    dtype = dtype_of(point.precision)
-    cfg = BlockConfig(point.hidden_size, point.n_heads, point.mlp_ratio,
-                      narrow_linear_fast_path=adapter.narrow_linear_fast_path(dtype))
-    batch, direction = point.batch_size, point.direction
-    flops = F.block_flops(batch, point.seq_len, cfg.hidden_size, mlp_ratio=cfg.mlp_ratio, direction=direction)
-    out = {"env": env, "model": f"gpt2-block-h{point.hidden_size}", "metrics": {"flops": flops}}
-
-    # Before anything is allocated: will it fit, and can it finish within its time budget?
-    need = estimate_block_memory(batch, point.seq_len, cfg.hidden_size, cfg.mlp_ratio, dtype.itemsize,
-                                 backward=direction == "forward_backward")
-    device_bytes = adapter.total_memory_bytes()
-    if device_bytes is not None and need > 0.9 * device_bytes:
-        return out | {"status": "unsupported", "metrics": {"flops": flops, "mem_estimate_gib": need / GiB},
-                      "reason": f"does not fit: needs at least {need / GiB:.1f} GiB, device has "
-                                f"{device_bytes / GiB:.1f} GiB"}
-    why = over_budget_before_start(point, adapter, flops * (point.warmup + point.trials))
-    if why:
-        return out | {"status": "skipped", "reason": why}
-
-    torch.manual_seed(point.seed)
-    module = build_block(point.impl, cfg, point.seq_len).to(device=device, dtype=dtype)
-    if point.torch_compile:
-        module = torch.compile(module)
-    x = torch.randn(batch, point.seq_len, cfg.hidden_size, device=device, dtype=dtype,
-                    requires_grad=direction == "forward_backward")
-    # One iteration as the device's programming model runs it (eager PyTorch by default).
-    step = programming_model(adapter).make_block_step(point, module, x, torch.randn_like(x) if direction == "forward_backward" else None)
-    meter = adapter.energy_meter(0)  # the device prepare() selected; opened before the clock runs
-    adapter.reset_peak_memory()
-    try:
-        timing = measure(step, adapter.synchronize, warmup=point.warmup, trials=point.trials,
-                         noisy_cv=point.noisy_cv, budget_s=point.time_budget_s, meter=meter)
-    except OverBudget as exc:
-        return out | {"status": "skipped", "reason": f"over the time budget: {exc}",
-                      "metrics": {"flops": flops, "time_estimate_s": exc.estimate_s}}
-    mem = adapter.peak_memory_bytes()  # (the point's process ends next: nothing to free here)
-
-    achieved = F.tflops(flops, timing.median_s)
-    metrics = {
-        "flops": flops,  # FLOPs of one timed iteration: tflops == flops / time_median_s / 1e12
-        "tflops": achieved,
-        "tokens_per_s": batch * point.seq_len / timing.median_s,
-        # (above 100 % of a datasheet peak is a bug: raises, and the point is an error)
-        **peaks.mfu_metrics(achieved, device_model, point.precision, point.peak, tf32=point.tf32),
-        "mem_peak_gib": mem / GiB if mem is not None else None,
-    } | timing.summary()
-    timed = {"times_s": timing.times_s, "warmup_times_s": timing.warmup_times_s}
-    try:  # the device's energy over the timed iterations, against the FLOPs they computed
-        metrics |= energy.energy_fields(timing.energy, work="flops", amount=flops * point.trials)
-    except energy.ImplausibleEnergy as exc:
-        return out | timed | {"status": "error", "reason": f"implausible energy reading: {exc}",
-                              "metrics": metrics | energy.null_fields(str(exc), "flops")}
-    return out | timed | {"status": "ok", "metrics": metrics, "summary": f"{achieved:.3f} TFLOP/s"}
 
 
 # ---- presentation -------------------------------------------------------------------------------

@@ -6,31 +6,25 @@ speedup / (N / N0). On a CPU the "devices" are gloo processes sharing its cores.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
-from accel_kit.systems import System
+from accel_kit.studies._training import TrainingParams, study_runner
 
 STUDY = "scaling"
 KEYS = ["system", "preset", "precision", "devices"]
 
 
 class Params(TrainingParams):
+    AXES: ClassVar[dict[str, str]] = {"device_counts": "devices"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"devices": "device_counts (a list)"}
     device_counts: list[PositiveInt] = Field(default=[1, 2, 4, 8], min_length=1)
 
 
-def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
-    choice = resolve_precision(params, system)
-    points = [make_point(params, system, choice, devices=n) for n in sorted(set(params.device_counts))]
-    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+run = study_runner(STUDY)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:

@@ -5,32 +5,25 @@ Points that do not fit are part of the result: a configuration that runs out of 
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
-from accel_kit.systems import System
+from accel_kit.studies._training import TrainingParams, study_runner
 
 STUDY = "seq_length"
 KEYS = ["system", "preset", "precision", "devices", "seq_len"]
 
 
 class Params(TrainingParams):
+    AXES: ClassVar[dict[str, str]] = {"seq_lens": "seq_len"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"seq_len": "seq_lens (a list)"}
     seq_lens: list[PositiveInt] = Field(default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], min_length=1)
 
 
-def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
-    # Ascending, so the memory frontier is found before the longer lengths are tried.
-    choice = resolve_precision(params, system)
-    points = [make_point(params, system, choice, seq_len=s) for s in sorted(set(params.seq_lens))]
-    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+run = study_runner(STUDY)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,173 @@
+"""What a training point adds to the shared measurement path (``accel_kit.engine.measurement``).
+
+Its shape and FLOPs from the model preset, its fit check (the memory estimate, first with
+fused attention as the least it could need, then with the kernel the probe found), its
+model, sparsity and trainer from the programming model (eager PyTorch or the vendor's,
+``accel_kit.engine.eager``), and its metrics: tokens/s, samples/s, TFLOP/s per device,
+losses and the sparsity figures.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from accel_kit import flops as F
+from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
+from accel_kit.engine.eager import programming_model
+from accel_kit.engine.measurement import GiB, KindMeasurement, Window
+from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
+from accel_kit.precision import dtype_of
+from accel_kit.timing import Timing
+
+
+def share(total: int, devices: int) -> int | float:
+    """``total`` per device: an integer where it divides evenly (FLOPs and tokens stay exact)."""
+    return total // devices if total % devices == 0 else total / devices
+
+
+def point_batches(point: Any, vocab_size: int, rank: int):
+    """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows)."""
+    from accel_kit.data import SyntheticBatches, open_batches
+
+    if point.data == "synthetic":
+        return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
+    return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
+
+
+class TrainMeasurement(KindMeasurement):
+    """One training point: warm-up and timed optimizer steps of its model on its data."""
+
+    work = "tokens"
+
+    def __init__(self, point: Any, ctx: Any):
+        super().__init__(point, ctx)  # training's fp32 is true fp32 (its datasheet peak is the fp32 one)
+        dtype = dtype_of(point.precision)
+        self.overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple,
+                          "narrow_linear_fast_path": ctx.adapter.narrow_linear_fast_path(dtype)}
+        if point.vocab_size:
+            self.overrides["vocab_size"] = point.vocab_size
+        self.cfg = cfg = get_config(point.preset, **self.overrides)
+        self.n_params = count_params(point.preset, **self.overrides)
+        self.flops_per_token = F.gpt_flops_per_token(cfg.n_layers, cfg.hidden_size, point.seq_len,
+                                                     cfg.padded_vocab_size, mlp_ratio=cfg.mlp_ratio)
+        # One timed call (trainer.step()) runs ``steps_per_call`` optimizer steps of the global batch
+        # (micro-batch x gas x replicas), shared by the point's devices: with torch's data parallelism
+        # (one replica per device, one step per call) each device's micro-batch x gas. The adapter's
+        # layout says otherwise where replicas and devices differ (a pipeline, a replica per half device).
+        self.samples_per_call = point.global_batch_size * point.steps_per_call
+        self.tokens_per_call = self.samples_per_call * point.seq_len
+        self.tokens_per_call_per_device = share(self.tokens_per_call, point.devices)
+        self.flops_per_call_per_device = share(self.flops_per_token * self.tokens_per_call, point.devices)
+        # The shape that ran: presets of one name may differ between vendors (GPT-2 XL: 25 heads here and in
+        # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
+        self.base = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "hidden_size": cfg.hidden_size,
+                     "vocab_size_model": cfg.padded_vocab_size, "n_params": self.n_params,
+                     "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
+                     "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
+                     "tokens_per_step": point.global_batch_size * point.seq_len}
+        self.out["model"] = point.preset
+        self.device_bytes = ctx.adapter.total_memory_bytes()
+        self.losses: list[float] = []
+        self.finetune_losses: list[float] = []
+
+    # --- preflight
+
+    def _estimate(self, flash: bool):
+        p = self.point
+        return estimate_training_memory(self.cfg, self.n_params, p.micro_batch_size, p.seq_len, p.precision,
+                                        activation_checkpointing=p.activation_checkpointing,
+                                        zero_shards=self.ctx.world if p.engine == "deepspeed" else 1,
+                                        flash_attention=flash)
+
+    def _not_fit(self, est) -> dict | None:
+        if fits(est, self.device_bytes):
+            return None
+        return self.result("unsupported", f"does not fit: needs about {est.describe()}, device has "
+                                          f"{self.device_bytes / GiB:.1f} GiB", mem_estimate_gib=est.total_bytes / GiB)
+
+    def fit(self) -> dict | None:
+        # Before anything is allocated (the attention probe allocates the point's shape): the
+        # estimate with fused attention is the least the point needs.
+        return self._not_fit(self._estimate(flash=True))
+
+    def total_flops(self) -> float:
+        p = self.point
+        return self.flops_per_call_per_device * (p.warmup_steps + p.steps + p.dense_finetune_steps)
+
+    # --- setup
+
+    def _attention(self) -> dict | None:
+        """Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
+        A device whose graph compiler lowers attention itself says so instead of a probe of torch's dispatch."""
+        p, cfg = self.point, self.cfg
+        known = self.ctx.adapter.attention_kernel(p)
+        try:
+            self.base |= known if known is not None else probe_attention_kernel(
+                p.attention_kernel, n_heads=cfg.n_heads, head_dim=cfg.hidden_size // cfg.n_heads, seq_len=p.seq_len,
+                device=self.ctx.device, dtype=None if p.precision == "fp32" else dtype_of(p.precision))
+        except AttentionKernelUnavailable as exc:
+            return self.result("unsupported", str(exc))
+        full = self._estimate(flash=self.base["attention_kernel_ran"] != "math")
+        self.base["mem_estimate_gib"] = full.total_bytes / GiB
+        return self._not_fit(full)
+
+    def setup(self) -> Window | dict:
+        import torch
+
+        p, ctx = self.point, self.ctx
+        early = self._attention()
+        if early is not None:
+            return early
+        if p.sparsity > 0 and p.engine == "deepspeed":
+            return self.result("unsupported", "weight sparsity re-applies its masks after each optimizer step "
+                                              "(Trainer.after_step); the DeepSpeed engine here has no such hook")
+        torch.manual_seed(p.seed)
+        runtime = programming_model(ctx.adapter)  # eager PyTorch, or the vendor's own
+        model = runtime.prepare_model(build_model(p.preset, activation_checkpointing=p.activation_checkpointing,
+                                                  **self.overrides), p, ctx.device)
+        # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
+        self.sparse = runtime.make_sparsity(model, p, ctx.device)
+        batches = point_batches(p, self.cfg.vocab_size, ctx.rank)
+        self.trainer = runtime.make_trainer(p, model, batches, ctx.device, ctx.world,
+                                            after_step=self.sparse.apply_masks if self.sparse.active else None)
+        # trainer.step() returns the loss as a float, which syncs the device; the clock syncs around it too.
+        # The attention context also covers checkpointed recomputation in backward.
+        return Window(lambda: self.losses.append(self.trainer.step()), warmup=p.warmup_steps, trials=p.steps,
+                      extra_iterations=p.dense_finetune_steps, context=attention_context(p.attention_kernel))
+
+    def after_window(self, timing: Timing) -> None:
+        self.sparse_metrics = self.sparse.metrics()  # measured after the last step: the masks held
+        if self.point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
+            self.sparse.release()
+            self.trainer.after_step = None
+            self.finetune_losses = [self.trainer.step() for _ in range(self.point.dense_finetune_steps)]
+
+    # --- finish
+
+    def metrics(self, timing: Timing, mem_bytes: int | None) -> tuple[dict, float, float]:
+        from accel_kit.sparsity import record_metrics
+
+        p = self.point
+        step_s = timing.median_s  # one trainer call
+        achieved = F.tflops(self.flops_per_call_per_device, step_s)
+        metrics = {
+            "step_time_s": step_s / p.steps_per_call,  # one optimizer step
+            "tokens_per_s": self.tokens_per_call / step_s,
+            "tokens_per_s_per_device": self.tokens_per_call_per_device / step_s,
+            "samples_per_s": self.samples_per_call / step_s,
+            # GenSLM's own measure: global batch over the *mean* step time, warm-up excluded.
+            "samples_per_s_mean": self.samples_per_call / timing.mean_s,
+            "tflops_per_device": achieved,
+            "loss_first": self.losses[0],
+            "loss_last": self.losses[-1],
+            "losses": self.losses,
+        }
+        metrics |= record_metrics(self.sparse_metrics, self.cfg, p.seq_len, self.flops_per_call_per_device,
+                                  self.tokens_per_call_per_device, step_s, self.finetune_losses)
+        extra = getattr(self.trainer, "extra_metrics", None)  # a runtime's own figures (e.g. cstorch's rate tracker)
+        if extra is not None:
+            metrics |= extra(timing)
+        # every device's energy over the timed steps, against every token they trained on
+        return metrics, achieved, self.tokens_per_call * p.steps
+
+    def summary(self, metrics: dict) -> str:
+        return f"{metrics['tokens_per_s']:.0f} tok/s"
