@@ -5,4 +5,7 @@ lazily by name (see ``accel_kit.devices``).
 """
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 1  # of the result records written by accel_kit.results
+# Of the result records written by accel_kit.results. 2: a record names its point's ``kind`` (train,
+# block, ...) and its metrics are the names declared in accel_kit.metrics; a version-1 record is read
+# as version 2 (its kind from its study: results.upgrade).
+SCHEMA_VERSION = 2

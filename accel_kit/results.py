@@ -41,11 +41,15 @@ def new_run_id() -> str:
 
 
 def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
-                device: str | None = None, model: str | None = None, reason: str | None = None,
+                kind: str | None = None, device: str | None = None, model: str | None = None, reason: str | None = None,
                 metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
                 warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
                 traceback: str | None = None) -> dict:
-    """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story."""
+    """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story.
+
+    ``kind``: the point's kind (None: the study's, ``kind_of_study``). ``metrics``: names declared in
+    ``accel_kit.metrics`` (tests check that every metric a real record carries is declared).
+    """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     if status != "ok" and not reason:
@@ -56,6 +60,7 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
         "run_id": run_id,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "study": study,
+        "kind": kind or kind_of_study(study),
         "system": system,
         "device": device,
         "model": model,
@@ -68,6 +73,19 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
         "env": env or {},
         "traceback": traceback,
     }
+
+
+def kind_of_study(study: str) -> str:
+    """The point kind of a study's records: the microbenchmark times blocks, every other study trains."""
+    return "block" if study == "microbenchmark" else "train"
+
+
+def upgrade(record: dict) -> dict:
+    """A record of an older schema in the current one's shape (version 1 had no ``kind``); others as they are."""
+    if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
+        record = dict(record)
+        record["kind"] = kind_of_study(record["study"])
+    return record
 
 
 def _finite(value: Any) -> Any:
@@ -133,9 +151,10 @@ def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[dict]:
             continue
         if raw.strip():
             try:
-                yield json.loads(raw)
+                record = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{name}:{lineno}: not a JSON record ({exc.msg})") from None
+            yield upgrade(record) if isinstance(record, dict) else record
 
 
 def load(path: str | os.PathLike) -> pd.DataFrame:

@@ -195,7 +195,7 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             if peak and result.get("metrics", {}).get("mfu_measured_unreliable"):
                 _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
         record = results.make_record(
-            study=study, system=point.system, status=result["status"], reason=result.get("reason"),
+            study=study, kind=point.kind, system=point.system, status=result["status"], reason=result.get("reason"),
             device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
             params=extra_params | point.record_params() | {"point_key": key},
             # every record carries the energy fields: a point that measured none says why

@@ -1,0 +1,139 @@
+"""The metrics a record may carry: each name once, with its unit and meaning.
+
+A record's ``metrics`` (``accel_kit.results``) is a flat mapping, so that ``results.load``
+gives users one column per metric; this table is its schema. Names carry their unit
+(``_s``, ``_gib``, ``_pct``, ``_per_s``, ``_j``, ``_w``, ``tflops``), or are counts, flags and
+texts whose unit is "1", "bool" or "text". Which metrics a point kind produces is in ``kinds``
+("train", "block"; empty: every kind). Tests check that every metric a real record carries
+is declared here, so a reader can rely on a name, and that no reader needs a fallback chain
+between two names for one quantity: a point kind names the metric of its achieved rate
+(``Point.RATE_METRIC``).
+
+"Not measured" is a missing (null) metric with a reason beside it, never 0.
+This module imports nothing of accel-kit: any layer may read it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a record: its name (with unit), its unit, what it is, which point kinds produce it."""
+
+    name: str
+    unit: str
+    doc: str
+    kinds: tuple[str, ...] = ()
+
+
+T, B = ("train",), ("block",)
+
+_DECLARED = [
+    # --- the model and the work (known before the run)
+    Metric("n_layers", "1", "transformer blocks of the model that ran", T),
+    Metric("n_heads", "1", "attention heads per block", T),
+    Metric("hidden_size", "1", "model width", T),
+    Metric("vocab_size_model", "1", "the embedding's rows, padded", T),
+    Metric("n_params", "1", "trainable parameters (a tied embedding once)", T),
+    Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
+    Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)", T),
+    Metric("global_batch_size", "samples", "samples per optimizer step over all replicas", T),
+    Metric("data_parallel_size", "1", "data-parallel replicas", T),
+    Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas", T),
+    Metric("mem_estimate_gib", "GiB", "the fit check's estimate of one device's memory"),
+    # --- timing (accel_kit.timing.Timing.summary)
+    Metric("time_median_s", "s", "median of the timed calls"),
+    Metric("time_mean_s", "s", "mean of the timed calls"),
+    Metric("time_min_s", "s", "fastest timed call"),
+    Metric("time_iqr_s", "s", "interquartile range of the timed calls"),
+    Metric("time_cv", "1", "coefficient of variation of the timed calls"),
+    Metric("noisy", "bool", "time_cv above the point's noise threshold"),
+    Metric("trials", "1", "timed calls"),
+    Metric("warmup_total_s", "s", "warm-up calls' time (compilation included), kept apart"),
+    Metric("time_estimate_s", "s", "a point skipped for its time budget: the estimate that exceeded it"),
+    # --- throughput
+    Metric("step_time_s", "s", "one optimizer step (median)", T),
+    Metric("tokens_per_s", "tokens/s", "tokens per second over all devices (block: of one block)"),
+    Metric("tokens_per_s_per_device", "tokens/s", "tokens per second per device", T),
+    Metric("samples_per_s", "samples/s", "samples per second over the median step", T),
+    Metric("samples_per_s_mean", "samples/s", "samples per second over the mean step (GenSLM's measure)", T),
+    Metric("tflops_per_device", "TFLOP/s", "achieved model TFLOP/s per device (the MFU numerator)", T),
+    Metric("tflops", "TFLOP/s", "achieved TFLOP/s of one block on one device (the MFU numerator)", B),
+    # --- MFU (accel_kit.peaks)
+    Metric("peak_tflops_datasheet", "TFLOP/s", "the device's dense datasheet peak for the precision"),
+    Metric("datasheet_source", "text", "where the datasheet peak comes from"),
+    Metric("mfu_pct", "%", "achieved over the datasheet peak"),
+    Metric("mfu_reason", "text", "why there is no datasheet MFU"),
+    Metric("peak_tflops_measured", "TFLOP/s", "the run's measured matmul peak for the precision"),
+    Metric("mfu_measured_pct", "%", "achieved over the measured peak"),
+    Metric("peak_measured_shape", "text", "the product that gave the measured peak"),
+    Metric("mfu_measured_reason", "text", "why there is no measured MFU"),
+    Metric("mfu_measured_unreliable", "bool", "above 100 % of the measured peak: the peak was unlucky"),
+    Metric("peak_remeasured", "bool", "the measured MFU is against a peak re-measured after this point"),
+    Metric("mem_peak_gib", "GiB", "peak device memory of the timed window (a CPU: the process's peak RSS)"),
+    # --- training outcome
+    Metric("loss_first", "nats", "loss of the first step (warm-up included)", T),
+    Metric("loss_last", "nats", "loss of the last timed step", T),
+    Metric("losses", "nats", "every step's loss, warm-up first", T),
+    Metric("nonfinite_step", "1", "the step whose loss was NaN or infinite", T),
+    # --- attention kernel (accel_kit.engine.attention)
+    Metric("attention_kernel_ran", "text", "the SDPA kernel that ran (flash, efficient, cudnn, math)", T),
+    Metric("attention_op", "text", "its aten op", T),
+    Metric("attention_kernel_reason", "text", "why no kernel is named", T),
+    # --- energy (accel_kit.energy)
+    Metric("energy_j", "J", "every device's energy over the timed window"),
+    Metric("power_avg_w", "W", "energy over the window's length"),
+    Metric("tokens_per_j", "tokens/J", "tokens trained per joule", T),
+    Metric("flops_per_j", "FLOP/J", "FLOPs computed per joule", B),
+    Metric("energy_window_s", "s", "the metered window's length"),
+    Metric("energy_source", "text", "the counter read"),
+    Metric("energy_method", "text", "counter or sampled power"),
+    Metric("energy_sampling_period_s", "s", "a sampled meter's period"),
+    Metric("energy_rated_power_w", "W", "the devices' rated power (plausibility bound)"),
+    Metric("energy_reason", "text", "why no energy was measured"),
+    # --- weight sparsity (accel_kit.sparsity)
+    Metric("sparsity_measured", "1", "fraction of the block linears' weights that are zero", T),
+    Metric("sparsity_layer_min", "1", "least sparse pruned layer", T),
+    Metric("sparsity_layer_max", "1", "most sparse pruned layer", T),
+    Metric("pruned_layers", "1", "linears pruned", T),
+    Metric("nonzero_block_weights", "1", "non-zero weights left in the block linears", T),
+    Metric("sparse_execution", "text", "how the pruned layers ran, and why", T),
+    Metric("sparse_execution_kind", "text", "dense-model, dense-zeros or a sparse kernel kind", T),
+    Metric("sparse_kernel", "text", "the sparse kernel used, if any", T),
+    Metric("sparse_kernel_layers", "1", "layers that ran the sparse kernel", T),
+    Metric("sparse_kernel_timing", "text", "the kernel selection's timings against dense", T),
+    Metric("flops_dense_equivalent", "FLOP", "the step's FLOPs as if dense (the MFU basis)", T),
+    Metric("flops_effective", "FLOP", "the step's FLOPs with the pruned weights' products left out", T),
+    Metric("flops_per_token_effective", "FLOP", "flops_effective per token", T),
+    Metric("tflops_effective_per_device", "TFLOP/s", "effective FLOPs per second per device", T),
+    Metric("mfu_basis", "text", "which FLOPs the MFU counts", T),
+    Metric("finetune_losses", "nats", "losses of the dense fine-tuning steps", T),
+    Metric("finetune_loss_last", "nats", "last dense fine-tuning loss", T),
+    # --- a vendor runtime's own figures (the trainer's extra_metrics), beside ours
+    Metric("cstorch_backend", "text", "cerebras-pytorch backend (CPU, CSX)", T),
+    Metric("cerebras_pytorch_version", "text", "the cerebras-pytorch release", T),
+    Metric("torch_version", "text", "the torch the vendor runtime ran on", T),
+    Metric("cstorch_mixed_precision", "bool", "cstorch's mixed precision on", T),
+    Metric("cstorch_half_dtype", "text", "cstorch's half dtype", T),
+    Metric("optimizer", "text", "the vendor runtime's optimizer", T),
+    Metric("gas_in", "text", "where gradient accumulation ran (the host or the compiled step)", T),
+    Metric("samples_per_s_cstorch", "samples/s", "cstorch's rate tracker", T),
+    Metric("samples_per_s_same_window", "samples/s", "our clock over cstorch's counted steps", T),
+    Metric("samples_per_s_cstorch_smoothed", "samples/s", "cstorch's smoothed rate", T),
+    Metric("cstorch_total_samples", "samples", "samples cstorch's rate tracker counted", T),
+    Metric("cstorch_elapsed_s", "s", "cstorch's rate tracker's clock", T),
+    Metric("cstorch_flops_utilization_pct", "%", "cstorch's own FLOPs utilisation figure", T),
+]
+
+METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED}
+
+
+def undeclared(names) -> list[str]:
+    """The names in ``names`` that this schema does not declare (sorted)."""
+    return sorted(set(names) - set(METRICS))
+
+
+def unit(name: str) -> str:
+    """The unit of metric ``name`` (a KeyError for one not declared)."""
+    return METRICS[name].unit
