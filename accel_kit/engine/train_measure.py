@@ -15,7 +15,7 @@ from accel_kit.engine.attention import AttentionKernelUnavailable, attention_con
 from accel_kit.engine.eager import programming_model
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
 from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
-from accel_kit.precision import dtype_of
+from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
 
 
@@ -103,7 +103,7 @@ class TrainMeasurement(KindMeasurement):
         try:
             self.base |= known if known is not None else probe_attention_kernel(
                 p.attention_kernel, n_heads=cfg.n_heads, head_dim=cfg.hidden_size // cfg.n_heads, seq_len=p.seq_len,
-                device=self.ctx.device, dtype=None if p.precision == "fp32" else dtype_of(p.precision))
+                device=self.ctx.device, dtype=spec(p.precision).dtype if spec(p.precision).mixed else None)
         except AttentionKernelUnavailable as exc:
             return self.result("unsupported", str(exc))
         full = self._estimate(flash=self.base["attention_kernel_ran"] != "math")
