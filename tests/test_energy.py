@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 
 from accel_kit import energy
 from accel_kit.devices import get_adapter, power
+from accel_kit.devices.power import rapl
 from accel_kit.devices.power import ENERGY_COUNTER, Counter, CounterMeter, EnergySource, EnergyWindow
 from accel_kit.timing import measure
 
@@ -97,14 +98,14 @@ def test_rapl_needs_package_zones_and_read_access(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     assert "no RAPL package zone" in power.rapl_meter(tmp_path / "empty").reason
     _powercap(tmp_path / "tree")
-    real = power._read_int
+    real = rapl._read_int
 
     def denied(path):
         if path.name == "energy_uj":
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr(power, "_read_int", denied)
+    monkeypatch.setattr(rapl, "_read_int", denied)
     meter = power.rapl_meter(tmp_path / "tree")
     assert meter.source is None and "root only" in meter.reason
 
