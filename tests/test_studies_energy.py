@@ -1,30 +1,4 @@
-"""The studies and energy: a block point's FLOPs per joule (or its error), and the figures and tables of
-tokens and FLOPs per joule."""
-import pytest
-from energy_standins import FakeMeter
-
-
-def _block_point(**kw):
-    from accel_kit.studies.microbenchmark import BlockPoint
-
-    return BlockPoint(**({"system": "cpu", "impl": "native", "precision": "fp32", "hidden_size": 32, "n_heads": 2,
-                          "mlp_ratio": 4, "seq_len": 8, "batch_size": 1, "direction": "forward", "warmup": 1,
-                          "trials": 3, "tf32": False, "torch_compile": False, "noisy_cv": 0.05, "seed": 0} | kw))
-
-
-def test_block_point_records_flops_per_joule_or_an_error(monkeypatch):
-    from accel_kit.devices.cpu import CPUAdapter
-    from accel_kit.studies.microbenchmark import measure_block
-
-    monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(100.0))
-    res = measure_block(_block_point())
-    m = res["metrics"]
-    assert res["status"] == "ok" and m["energy_j"] == 100.0 and m["power_avg_w"] == 50.0
-    assert m["flops_per_j"] == pytest.approx(m["flops"] * 3 / 100.0)
-    monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(1000.0))  # 500 W of a 100 W part
-    res = measure_block(_block_point())
-    assert res["status"] == "error" and "implausible energy" in res["reason"]
-    assert res["metrics"]["energy_j"] is None and res["metrics"]["tflops"] > 0 and len(res["times_s"]) == 3
+"""The studies and energy: the figures and tables of tokens and FLOPs per joule."""
 
 
 def _rows(**per_j):

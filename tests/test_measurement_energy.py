@@ -1,4 +1,5 @@
-"""accel_kit.engine.worker and energy: a training point's tokens per joule, and the energy of several ranks reduced."""
+"""accel_kit.engine.measurement and energy: a block point's FLOPs per joule (or its error), a training point's
+tokens per joule, and the energy of several ranks reduced."""
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -7,15 +8,38 @@ from energy_standins import FakeMeter, source
 from accel_kit.devices.power import EnergyWindow
 
 
+def _block_point(**kw):
+    from accel_kit.engine.point import BlockPoint
+
+    return BlockPoint(**({"system": "cpu", "impl": "native", "precision": "fp32", "hidden_size": 32, "n_heads": 2,
+                          "mlp_ratio": 4, "seq_len": 8, "batch_size": 1, "direction": "forward", "warmup": 1,
+                          "trials": 3, "tf32": False, "torch_compile": False, "noisy_cv": 0.05, "seed": 0} | kw))
+
+
+def test_block_point_records_flops_per_joule_or_an_error(monkeypatch):
+    from accel_kit.devices.cpu import CPUAdapter
+    from accel_kit.engine.worker import run_point
+
+    monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(100.0))
+    res = run_point(_block_point(), rank=0, world=1, local_rank=0)
+    m = res["metrics"]
+    assert res["status"] == "ok" and m["energy_j"] == 100.0 and m["power_avg_w"] == 50.0
+    assert m["flops_per_j"] == pytest.approx(m["flops"] * 3 / 100.0)
+    monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(1000.0))  # 500 W of a 100 W part
+    res = run_point(_block_point(), rank=0, world=1, local_rank=0)
+    assert res["status"] == "error" and "implausible energy" in res["reason"]
+    assert res["metrics"]["energy_j"] is None and res["metrics"]["tflops"] > 0 and len(res["times_s"]) == 3
+
+
 def test_train_point_records_tokens_per_joule(monkeypatch):
     from accel_kit.devices.cpu import CPUAdapter
     from accel_kit.engine.point import TrainPoint
-    from accel_kit.engine.worker import measure_point
+    from accel_kit.engine.worker import run_point
 
     monkeypatch.setattr(CPUAdapter, "energy_meter", lambda self, index=0: FakeMeter(64.0))
     point = TrainPoint(system="cpu", preset="gpt2-debug", precision="fp32", micro_batch_size=2, seq_len=16, steps=2,
                        warmup_steps=1)
-    res = measure_point(point, 0, 1)
+    res = run_point(point, rank=0, world=1, local_rank=0)
     m = res["metrics"]
     assert res["status"] == "ok" and m["energy_j"] == 64.0 and m["power_avg_w"] == 32.0
     assert m["tokens_per_j"] == pytest.approx(2 * 16 * 2 / 64.0)  # micro-batch x sequence x timed steps
@@ -24,7 +48,7 @@ def test_train_point_records_tokens_per_joule(monkeypatch):
 def _reduce_rank(rank, port, out):
     import torch.distributed as dist
 
-    from accel_kit.engine.worker import _reduce_energy
+    from accel_kit.engine.measurement import reduce_energy
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     cpu = torch.device("cpu")
@@ -32,11 +56,11 @@ def _reduce_rank(rank, port, out):
     dev = source(rated_power_w=700.0)
     results = {
         # one host counter seen by both ranks: counted once
-        "host": _reduce_energy(EnergyWindow(100.0 + rank, 2.0 + rank, host), cpu, 2, rank),
+        "host": reduce_energy(EnergyWindow(100.0 + rank, 2.0 + rank, host), cpu, 2, rank),
         # one counter per device: summed, as their rated powers
-        "device": _reduce_energy(EnergyWindow(100.0 + rank, 2.0, dev), cpu, 2, rank),
+        "device": reduce_energy(EnergyWindow(100.0 + rank, 2.0, dev), cpu, 2, rank),
         # a rank without a reading: no figure for the point
-        "missing": _reduce_energy(EnergyWindow(100.0, 2.0, dev) if rank == 0 else
+        "missing": reduce_energy(EnergyWindow(100.0, 2.0, dev) if rank == 0 else
                                   EnergyWindow(None, 2.0, dev, "no counter"), cpu, 2, rank),
     }
     if rank == 0:
