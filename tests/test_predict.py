@@ -9,8 +9,10 @@ import pytest
 from accel_kit import studies
 from accel_kit.cli import main as cli_main
 from accel_kit.predict import comm, held_out, load_records, resolve_params, what_if
-from accel_kit.predict.model import TERMS, Predictor, shape_for
 from accel_kit.predict.heldout import error_summary
+from accel_kit.predict.nnls import nnls_relative
+from accel_kit.predict.predictor import Predictor
+from accel_kit.predict.shape import TERMS, shape_for
 
 
 # ------------------------------------------------------------------ collectives, by hand
@@ -41,6 +43,40 @@ def test_fit_link_recovers_alpha_and_beta():
     link = comm.fit_link(sizes, times, 2)
     assert link.bandwidth_GBps == pytest.approx(2.0, rel=1e-6)
     assert link.latency_us == pytest.approx(50.0, rel=1e-6)
+
+
+# ------------------------------------------------------------------ the solver and the shape, by hand
+
+def test_nnls_recovers_known_coefficients_and_leaves_out_a_term_that_does_not_pay():
+    rng = np.random.default_rng(0)
+    work = rng.uniform(1, 10, size=(8, 3))
+    true = np.array([2.0, 0.0, 5.0])
+    coefs, rms = nnls_relative(work, work @ true, penalty=0.03)
+    # float64 least squares: the error is bounded by the unit roundoff times the rows' condition number.
+    scaled = work / (work @ true)[:, None]
+    tol = 100 * np.finfo(np.float64).eps * np.linalg.cond(scaled)
+    assert coefs[1] == 0.0  # the subset without it fits exactly, so the extra term cannot pay for itself
+    assert coefs[[0, 2]] == pytest.approx(true[[0, 2]], rel=tol) and rms < tol
+    with pytest.raises(ValueError, match="no non-negative fit"):
+        nnls_relative(np.zeros((3, 2)), np.ones(3), penalty=0.03)
+
+
+def test_gradient_bytes_follow_the_precision_the_model_is_held_in():
+    # fp32: 4 bytes; bf16 holds the model (so its gradients) in bf16; fp16 autocasts an fp32 model
+    # under DDP, while DeepSpeed's fp16 mode holds the model in fp16.
+    expected = {("fp32", "ddp"): 4, ("fp32", "deepspeed"): 4, ("fp16", "ddp"): 4, ("fp16", "deepspeed"): 2,
+                ("bf16", "ddp"): 2, ("bf16", "deepspeed"): 2}
+    for (precision, engine), per in expected.items():
+        shape = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision=precision, engine=engine)
+        assert shape.grad_bytes() == per * shape.n_params, (precision, engine)
+
+
+def test_the_model_module_still_names_the_predictor_and_its_parts():
+    from accel_kit.predict import fits, model, predictor, records, shape
+
+    assert model.Predictor is predictor.Predictor and model.shape_for is shape.shape_for
+    assert model.fit_compute is fits.fit_compute and model.shape_of_record is records.shape_of_record
+    assert model.nnls_relative is nnls_relative and model.TERMS == TERMS
 
 
 # ------------------------------------------------------------------ the fit, on a known answer
@@ -160,6 +196,7 @@ def cpu_records(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # the real runs of cpu_records: minutes on a small machine
 def test_held_out_on_real_records(cpu_records):
     df = held_out(load_records([cpu_records]), ["cpu"])
     assert set(df["study"]) == {"seq_length", "gas"} and len(df) == 7
@@ -172,6 +209,7 @@ def test_held_out_on_real_records(cpu_records):
     assert predicted["mem_error"].abs().max() < 0.3
 
 
+@pytest.mark.slow  # the real runs of cpu_records, and a link probe over two processes
 def test_what_if_on_real_records_lists_inputs_and_error(cpu_records):
     run = what_if("cpu", resolve_params("smoke", {"records": [str(cpu_records)], "precision": "fp32"}))
     assert [p.basis for p in run.predictions] == ["records", "records"]

@@ -97,6 +97,7 @@ def machines(tmp_path_factory):
     return a, b
 
 
+@pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
 def test_the_runs_gave_what_the_report_must_show(machines):
     a, b = machines
     seq = results.load(a / "seq_length").sort_values("seq_len")
@@ -194,6 +195,7 @@ def _copy_with_rerun(src: Path, dst: Path) -> dict:
     return rerun | {"replaces": first["record_id"]}
 
 
+@pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
 def test_merge_keeps_each_record_once_and_each_points_latest(machines, tmp_path):
     a, b = machines
     rerun = _copy_with_rerun(a, tmp_path / "a-again")
@@ -211,6 +213,7 @@ def test_merge_keeps_each_record_once_and_each_points_latest(machines, tmp_path)
     assert only.systems == [TWIN] and only.filtered_out == n_a
 
 
+@pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
 def test_archives_read_like_folders(machines, tmp_path):
     a, b = machines
     tgz, zf = tmp_path / "a.tar.gz", tmp_path / "b.zip"
@@ -224,6 +227,7 @@ def test_archives_read_like_folders(machines, tmp_path):
     assert set(from_archives.by_id) == set(from_folders.by_id) and from_archives.records
 
 
+@pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
 def test_report_errors_are_one_line(machines, tmp_path, capsys):
     a, _ = machines
     for argv, expected in (([str(tmp_path / "nowhere")], "no such folder, file or archive"),
@@ -289,12 +293,25 @@ def test_notebook_declares_exactly_the_report_parameters():
 
 def test_energy_cells_show_the_reading_or_the_records_reason():
     # Cell logic only, on hand-made metrics (this CPU exposes no energy counter to measure with).
-    from accel_kit.report import sections
+    from accel_kit.report import cells
 
-    cell = sections.energy()(None, None, {"record_id": "r1", "metrics": {"tokens_per_j": 1234.5, "energy_j": 2.0}})
+    cell = cells.energy()(None, None, {"record_id": "r1", "metrics": {"tokens_per_j": 1234.5, "energy_j": 2.0}})
     assert cell.measured and cell.text == "1,234" and cell.records == ("r1",)
-    cell = sections.energy("flops")(None, None, {"record_id": "r2", "metrics": {
+    cell = cells.energy("flops")(None, None, {"record_id": "r2", "metrics": {
         "flops_per_j": None, "energy_j": None, "energy_reason": "no RAPL counters (/sys/class/powercap absent)"}})
     assert cell.status == "not measured" and cell.reason.startswith("no RAPL counters")
-    cell = sections.energy()(None, None, {"record_id": "r3", "metrics": {"tokens_per_s": 10.0}})
+    cell = cells.energy()(None, None, {"record_id": "r3", "metrics": {"tokens_per_s": 10.0}})
     assert cell.status == "not measured" and "no energy fields" in cell.reason
+
+
+@pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
+def test_page_sections_tables_and_figures_in_the_papers_order(machines, tmp_path):
+    # The page's manifest without a browser: every section in its place, every table and figure present.
+    a, b = machines
+    rep = report.build_report([a, b], out=tmp_path / "r.html")
+    text = rep.path.read_text()
+    manifest = json.loads(text.split('id="report-manifest">', 1)[1].split("</script>", 1)[0])
+    assert manifest["sections"] == ["systems", "findings", "table-2", "table-3", "table-4", "figure-3", "figure-4",
+                                    "figure-5", "figure-6", "figure-7", "figure-8", "what-if"]
+    assert sorted(manifest["tables"]) == sorted(TABLES) and sorted(manifest["figures"]) == sorted(FIGURES)
+    assert list(rep.rendered) == manifest["sections"]

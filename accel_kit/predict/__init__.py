@@ -20,7 +20,8 @@ from pydantic import PositiveInt
 from accel_kit.errors import AccelKitError, ParameterError
 from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.predict.heldout import error_summary, held_out, load_records
-from accel_kit.predict.model import Prediction, Predictor, shape_for
+from accel_kit.predict.predictor import Prediction, Predictor
+from accel_kit.predict.shape import shape_for
 
 STUDY = "what_if"  # params/what_if/<profile>.yaml
 
@@ -154,7 +155,13 @@ def _precision(requested: str, system, predictor: Predictor) -> str:
     from accel_kit.devices import get_adapter
 
     adapter = get_adapter(system.adapter, system.options)
-    return adapter.resolve_precision("auto").precision if adapter.availability() else "bf16"
+    if adapter.availability():
+        return adapter.resolve_precision("auto").precision
+    # Neither records nor the device are here to say what "auto" resolves to: bf16, the precision
+    # "auto" prefers wherever a device supports it (first of accel_kit.precision.LOW_PRECISIONS: it
+    # trains without loss scaling). A name, since shapes and records carry precisions by name; the
+    # prediction's shape shows it, so the choice is visible.
+    return "bf16"
 
 
 def run_notebook(namespace: dict[str, Any]) -> WhatIf:

@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from accel_kit.errors import AccelKitError
-from accel_kit.predict.model import GiB, Predictor, host_threads, shape_of_record, usable
+from accel_kit.predict.predictor import Predictor
+from accel_kit.predict.records import host_threads, shape_of_record, usable
+from accel_kit.predict.shape import GiB
 
 
 def load_records(sources: Iterable[str | Path]) -> list[dict]:

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from accel_kit.errors import AccelKitError, DataError, ParameterError
+from accel_kit.report import findings, page
+from accel_kit.report.context import Context, Section
 from accel_kit.report.records import RecordSet, collect
-from accel_kit.report.sections import SECTIONS, Context, Section
+from accel_kit.report.sections import SECTIONS
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 TITLE = "accel-kit: LLM training across systems"
@@ -50,9 +52,7 @@ class Report:
         """In a notebook: these sections inline (the whole page, with every figure, is ``path``)."""
         from IPython.display import HTML, display
 
-        from accel_kit.report.page import CSS
-
-        display(HTML(f"<style>{CSS}</style>" + "".join(self.rendered[s] for s in sections if s in self.rendered)))
+        display(HTML(f"<style>{page.CSS}</style>" + "".join(self.rendered[s] for s in sections if s in self.rendered)))
 
 
 def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str | os.PathLike | None = None,
@@ -77,7 +77,6 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
     """
     from accel_kit.atomic import write_text_atomic
     from accel_kit.paths import output_dir
-    from accel_kit.report import findings, page
 
     formats = list(dict.fromkeys(formats or ()))
     bad = [f for f in formats if f not in IMAGE_FORMATS]

@@ -12,9 +12,10 @@ from typing import Callable
 
 import pandas as pd
 
-from accel_kit.report import render as R
+import accel_kit.report.render as R
+from accel_kit.report.cells import energy_reason
+from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
-from accel_kit.report.sections import Context, Section, _study_table
 
 # study -> (metric, unit, the parameters two records must share to be compared)
 HEADLINE: dict[str, tuple[str, str, list[str]]] = {
@@ -82,7 +83,7 @@ def fastest(ctx: Context) -> list[str]:
 
 def scaling_efficiency(ctx: Context) -> list[str]:
     """Per system: the scaling efficiency at the largest device count that ran."""
-    t = _study_table(ctx, "scaling")
+    t = study_table(ctx, "scaling")
     out = []
     if t.empty:
         return out
@@ -112,7 +113,7 @@ def longest_sequence(ctx: Context) -> list[str]:
     out = []
     for study, group in (("seq_length", ["system", "preset", "precision", "devices"]),
                          ("genslm", ["system", "preset", "precision"])):
-        t = _study_table(ctx, study)
+        t = study_table(ctx, study)
         if t.empty:
             continue
         group = [k for k in group if k in t.columns]
@@ -136,7 +137,7 @@ def longest_sequence(ctx: Context) -> list[str]:
 
 def sparse_dense(ctx: Context) -> list[str]:
     """Per system and preset: throughput at the highest sparsity that ran, relative to dense."""
-    t = _study_table(ctx, "sparsity")
+    t = study_table(ctx, "sparsity")
     out = []
     if t.empty:
         return out
@@ -154,7 +155,7 @@ def sparse_dense(ctx: Context) -> list[str]:
 
 def gas_gain(ctx: Context) -> list[str]:
     """Per system and micro-batch: the largest gain of a larger GAS over the smallest."""
-    t = _study_table(ctx, "gas")
+    t = study_table(ctx, "gas")
     out = []
     if t.empty:
         return out
@@ -171,8 +172,6 @@ def gas_gain(ctx: Context) -> list[str]:
 
 def energy(ctx: Context) -> list[str]:
     """Per system: the best tokens per joule, or why there is none."""
-    from accel_kit.report.sections import energy_reason
-
     out = []
     for system in ctx.systems:
         recs = [r for r in ctx.records.records if r["system"] == system and r["status"] == "ok"]

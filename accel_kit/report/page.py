@@ -5,9 +5,9 @@ import datetime as _dt
 import json
 
 from accel_kit import __version__
-from accel_kit.report import render as R
+import accel_kit.report.render as R
+from accel_kit.report.context import Context, Section
 from accel_kit.report.render import esc
-from accel_kit.report.sections import Context, Section
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1500px;

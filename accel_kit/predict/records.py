@@ -1,0 +1,31 @@
+"""Reading training records for the predictor: the shape a record measured, whether it can be
+learnt from, and which records are comparable (same system, precision and host threads)."""
+from __future__ import annotations
+
+from accel_kit.predict.shape import StepShape, shape_for
+
+
+def shape_of_record(record: dict) -> StepShape:
+    """The step shape a training record measured."""
+    p, m = record["params"], record["metrics"]
+    return shape_for(p["preset"], seq_len=p["seq_len"], micro_batch_size=p["micro_batch_size"], gas=p["gas"],
+                     devices=p["devices"], precision=p["precision"], engine=p.get("engine", "ddp"),
+                     activation_checkpointing=p.get("activation_checkpointing", False),
+                     vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math")
+
+
+def host_threads(record: dict) -> int | None:
+    """Threads each rank computed with, where the device is the host CPU (ranks share its cores)."""
+    return (record.get("env") or {}).get("device", {}).get("threads")
+
+
+def usable(record: dict) -> bool:
+    """An ok, dense training record with a step time: what the compute fit learns from."""
+    p, m = record.get("params", {}), record.get("metrics", {})
+    return (record.get("status") == "ok" and p.get("kind", "train") == "train" and "preset" in p
+            and not p.get("sparsity") and not p.get("dense_finetune_steps") and m.get("step_time_s"))
+
+
+def group_key(record: dict) -> tuple:
+    """Records whose rates are comparable: same system, precision and host threads per rank."""
+    return record["system"], record["params"]["precision"], host_threads(record)

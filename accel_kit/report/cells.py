@@ -1,0 +1,73 @@
+"""Cell helpers: the quantities a table row shows, each a function ``(ctx, row, record) -> Cell``.
+
+A quantity reads a record's metrics (``metric``, ``energy``) or a column of the study's own
+table (``derived``); a missing value becomes ``not measured`` with the reason the record gives
+(``energy_reason`` for the energy fields). ``base_record`` finds the record a ratio (speedup,
+gain) is taken against, so that the cell cites it too.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import pandas as pd
+
+import accel_kit.report.render as R
+from accel_kit.report.context import Context
+from accel_kit.report.render import Cell
+
+# A row of a pivot table: its name and the function that makes each system's cell.
+Quantity = tuple[str, Callable[[Context, pd.Series, dict], Cell]]
+
+
+def metric(name: str, fmt=R.fmt_num, reason_key: str | None = None, default_reason: str | None = None):
+    """A quantity read from the record's metrics; its reason key explains a missing value."""
+    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+        m = rec.get("metrics") or {}
+        reason = m.get(reason_key) if reason_key else None
+        return R.value_cell(m.get(name), [rec["record_id"]], fmt, reason=reason or default_reason)
+    return cell
+
+
+def derived(column: str, fmt=R.fmt_num, *, also: Callable[[pd.Series], list[str]] | None = None,
+            reason: str = "not derived for this point"):
+    """A quantity from the study's own table (``column``), citing the row's record and ``also``'s."""
+    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+        ids = [rec["record_id"]] + (also(row) if also else [])
+        return R.value_cell(row.get(column), ids, fmt, reason=reason)
+    return cell
+
+
+ENERGY_FIELDS = ("energy_j", "power_avg_w", "tokens_per_j", "flops_per_j")
+
+
+def energy(work: str = "tokens"):
+    """Work per joule (``tokens_per_j`` or ``flops_per_j``), or why the record has none."""
+    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+        m = rec.get("metrics") or {}
+        return R.value_cell(m.get(f"{work}_per_j"), [rec["record_id"]], R.fmt_num, reason=energy_reason(m))
+    return cell
+
+
+def energy_reason(m: dict) -> str:
+    """Why a record has no energy figure: the reason it gives, or that it predates the fields."""
+    for key, value in m.items():
+        if value and key.endswith("_reason") and ("energy" in key or "power" in key or "_per_j" in key):
+            return str(value)
+    if not any(k in m for k in ENERGY_FIELDS):
+        return "this record has no energy fields (written before accel-kit measured energy)"
+    return "the record's energy fields are empty and give no reason"
+
+
+MFU_DATASHEET: Quantity = ("MFU, datasheet peak", metric("mfu_pct", R.fmt_pct, "mfu_reason"))
+MFU_MEASURED: Quantity = ("MFU, measured peak", metric("mfu_measured_pct", R.fmt_pct, "mfu_measured_reason"))
+
+
+def base_record(t: pd.DataFrame, row: pd.Series, group: list[str], axis: str) -> list[str]:
+    """The record of the smallest ``axis`` value with status ok in ``row``'s group (the base of a ratio)."""
+    same = t[(t["status"] == "ok")]
+    for k in group:
+        if k in t.columns:
+            same = same[same[k] == row[k]]
+    if same.empty:
+        return []
+    return [same.sort_values(axis).iloc[0]["record_id"]]

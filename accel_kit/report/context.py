@@ -1,0 +1,86 @@
+"""The section framework: ``Section`` (what a section function returns) and ``Context`` (what it reads).
+
+Every section of the page is a function ``(ctx: Context) -> Section``; ``accel_kit.report.sections``
+lists them in the page's order. ``Context`` holds the selected records, framed per study, and the
+citations of the page being built; ``study_table`` is a study's own table over those records
+(``accel_kit.studies.<study>.table``), so a number in the report is computed where the notebook
+computes it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+import accel_kit.report.render as R
+from accel_kit.report.records import RecordSet
+from accel_kit.report.render import Citations, Table
+
+
+@dataclass
+class Section:
+    """A titled part of the page: HTML, tables and figures in the order added."""
+
+    id: str
+    title: str
+    parts: list[tuple[str, Any]] = field(default_factory=list)
+
+    def text(self, html: str) -> "Section":
+        self.parts.append(("html", html))
+        return self
+
+    def table(self, table: Table) -> "Section":
+        self.parts.append(("table", table))
+        return self
+
+    def figure(self, div_id: str, fig) -> "Section":
+        self.parts.append(("figure", (div_id, fig)))
+        return self
+
+    @property
+    def figures(self) -> list[tuple[str, Any]]:
+        return [p for kind, p in self.parts if kind == "figure"]
+
+    @property
+    def tables(self) -> list[Table]:
+        return [p for kind, p in self.parts if kind == "table"]
+
+
+class Context:
+    """The selected records, framed per study, and the citations of the page being built."""
+
+    def __init__(self, records: RecordSet):
+        self.records = records
+        self.cite = Citations(records.by_id)
+        self.systems = records.systems
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    def rec(self, record_id: str) -> dict:
+        return self.records.by_id[record_id]
+
+    def metrics(self, record_id: str) -> dict:
+        return self.rec(record_id).get("metrics") or {}
+
+    def study(self, name: str) -> pd.DataFrame:
+        """The study's records as a frame, with each row's provenance for figure hovers."""
+        if name not in self._frames:
+            df = self.records.study(name)
+            if not df.empty:
+                df = df.assign(provenance=[R.provenance(self.rec(r), with_id=False) for r in df["record_id"]])
+            self._frames[name] = df
+        return self._frames[name]
+
+    def has(self, study: str, system: str) -> bool:
+        df = self.study(study)
+        return not df.empty and (df["system"] == system).any()
+
+
+def study_table(ctx: Context, study: str) -> pd.DataFrame:
+    """The study module's own table (``accel_kit.studies.<study>.table``) over the context's records."""
+    from accel_kit import studies
+
+    df = ctx.study(study)
+    if df.empty:
+        return df
+    return studies.study_module(study).table(df)

@@ -1,0 +1,71 @@
+"""The paper's tables: II (scaling with device count), III (sequence length), IV (GenSLM).
+
+Each is a pivot (``accel_kit.report.pivot``) of the study's own table, one column per system,
+one row per point and quantity; ratios (speedup, scaling efficiency) cite their base record too.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+import accel_kit.report.render as R
+from accel_kit.report.cells import MFU_DATASHEET, MFU_MEASURED, base_record, derived, energy, metric
+from accel_kit.report.context import Context, Section, study_table
+from accel_kit.report.pivot import pivot
+
+
+def table_ii_scaling(ctx: Context) -> Section:
+    """Table II: throughput, speedup and scaling efficiency against device count."""
+    s = Section("table-2", "Table II: scaling with the number of devices")
+    t = study_table(ctx, "scaling")
+    group = ["system", "preset", "precision"]
+
+    def base(row: pd.Series) -> list[str]:
+        return base_record(t, row, group, "devices")
+
+    s.text("<p>Speedup is throughput over that of the smallest device count measured, scaling efficiency is "
+           "speedup / (N / N<sub>0</sub>) (<code>accel_kit.studies.scaling.table</code>); both cite the base "
+           "record too.</p>")
+    return s.table(pivot(ctx, "table-2-scaling", t, study="scaling", base=["preset", "devices"],
+                         extra=["global_batch_size"], quantities=[
+                             ("tokens/s", metric("tokens_per_s")),
+                             ("tokens/s per device", metric("tokens_per_s_per_device")),
+                             ("tokens/J", energy()),
+                             ("speedup", derived("speedup", R.fmt_ratio, also=base,
+                                                 reason="no ok record at a smaller device count to compare with")),
+                             ("scaling efficiency", derived("scaling_efficiency_pct", R.fmt_pct, also=base,
+                                                            reason="no ok base record")),
+                             MFU_DATASHEET, MFU_MEASURED]))
+
+
+def table_iii_seq_length(ctx: Context) -> Section:
+    """Table III: the sequence lengths that fit, their throughput and memory."""
+    s = Section("table-3", "Table III: sequence length")
+    s.text("<p>Lengths that did not fit are part of the result: their cells give the status and why "
+           "(an estimate above the device's memory, an out-of-memory, or beyond the memory frontier).</p>")
+    t = study_table(ctx, "seq_length")
+    return s.table(pivot(ctx, "table-3-seq-length", t, study="seq_length", base=["preset", "devices", "seq_len"],
+                         extra=["micro_batch_size"], quantities=[
+                             ("tokens/s", metric("tokens_per_s")),
+                             ("tokens/J", energy()),
+                             ("peak memory (GiB)", metric("mem_peak_gib", default_reason="the device reports no "
+                                                          "peak memory")),
+                             MFU_DATASHEET, MFU_MEASURED]))
+
+
+def table_iv_genslm(ctx: Context) -> Section:
+    """Table IV: GenSLM throughput per model and length."""
+    s = Section("table-4", "Table IV: GenSLM")
+    s.text("<p>Samples/s is GenSLM's own measure: the global batch over the mean step time, warm-up "
+           "excluded.</p>")
+    t = study_table(ctx, "genslm")
+    return s.table(pivot(ctx, "table-4-genslm", t, study="genslm", base=["preset", "seq_len"],
+                         extra=["vocab_size", "micro_batch_size", "activation_checkpointing", "attention_kernel",
+                                "steps"],
+                         quantities=[
+                             ("samples/s", metric("samples_per_s_mean")),
+                             ("tokens/s", metric("tokens_per_s")),
+                             ("tokens/J", energy()),
+                             MFU_DATASHEET, MFU_MEASURED,
+                             ("peak memory (GiB)", metric("mem_peak_gib", default_reason="the device reports no "
+                                                          "peak memory")),
+                             ("last loss (nats)", metric("loss_last", R.fmt_loss))]))
