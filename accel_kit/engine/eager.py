@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel_kit.engine import step as step_module
+import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
 
 
 class EagerModel:
