@@ -16,6 +16,10 @@ Gaudi trains the way Habana documents it, not CUDA's way:
 - Data parallel over HCCL (importing ``habana_frameworks.torch.distributed.hccl`` registers
   the backend); ZeRO through DeepSpeed with its HPU accelerator (``DS_ACCELERATOR=hpu``).
 
+The step is the engine's (``Trainer``, handed in as ``eager.Trainer``: its accumulation,
+schedule and ``graph_break``); ``HabanaTrainer`` replaces only the optimizer, the clipping,
+the autocast and what bf16 means.
+
 Nothing here has run on a Gaudi. ``tests/test_vendor_adapters.py`` checks the order of these
 calls against small recording stand-ins of Habana's modules: the order, not the hardware.
 """
@@ -213,8 +217,8 @@ class GaudiModel(ProgrammingModel):
 
 
 def gaudi_precision(kind: PrecisionSpec) -> PrecisionSpec:
-    """What a precision means on Gaudi: a 16-bit one as autocast around forward and loss over fp32 weights
-    (Habana's mixed precision), not 16-bit weights with fp32 masters as the engine's default."""
+    """What a precision means on Gaudi: one the engine holds as 16-bit weights with fp32 masters (bf16) runs
+    instead as autocast around forward and loss over fp32 weights (Habana's mixed precision)."""
     if not kind.master_weights:
         return kind
     return replace(kind, model_dtype=torch.float32, autocast_dtype=kind.dtype, master_weights=False)

@@ -338,9 +338,9 @@ class SambaFlowTrainer:
     def step(self) -> float:
         x, y = next(self.batches)
         extra = {"data_parallel": True, "reduce_on_rdu": True} if self.data_parallel else {}
+        lr = self.eager.learning_rate(self.step_count, self.optim_cfg)
         outputs = self.samba.session.run(input_tensors=samba_inputs(self.samba, x, y), output_tensors=self.outputs,
-                                         hyperparam_dict={"lr": self.eager.learning_rate(self.step_count, self.optim_cfg)},
-                                         section_types=SECTIONS, **extra)
+                                         hyperparam_dict={"lr": lr}, section_types=SECTIONS, **extra)
         value = self.samba.to_torch(outputs[0]).float().mean().item()
         self.step_count += 1
         if not math.isfinite(value):
