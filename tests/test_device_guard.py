@@ -182,3 +182,24 @@ def test_devices_import_nothing_of_the_engine():
                  for line, module in engine_imports(path.read_text(), package)]
     assert not hits, ("accel_kit/devices/ imports the engine (a programming model takes what it needs from the "
                       "eager object it is handed):\n" + "\n".join(hits))
+
+
+def test_what_devices_take_from_the_eager_object_is_there():
+    """Each ``eager.NAME`` (or ``self.eager.NAME``) that code under devices/ reads exists on the engine's
+    eager model: the object stands in for the imports devices/ may not make, so a missing one fails here,
+    not on the first vendor machine."""
+    from accel_kit.devices import get_adapter
+    from accel_kit.engine.eager import EagerModel
+
+    eager = EagerModel(get_adapter("cpu"))
+    used: dict[str, str] = {}
+    for path in sorted(DEVICES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = _dotted(node) if isinstance(node, ast.Attribute) else None
+            parts = (name or "").split(".")
+            for i, part in enumerate(parts[:-1]):
+                if part == "eager" and (i == 0 or parts[i - 1] == "self"):
+                    used.setdefault(parts[i + 1], f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert {"Trainer", "optim_for_point", "param_groups", "learning_rate", "NonFiniteLoss"} <= set(used)
+    missing = [f"{where}: eager.{attr}" for attr, where in sorted(used.items()) if not hasattr(eager, attr)]
+    assert not missing, "devices/ reads what the eager model does not have:\n" + "\n".join(missing)

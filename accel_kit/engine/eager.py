@@ -23,6 +23,18 @@ from torch import nn
 import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
 
 
+def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
+    """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows).
+
+    A module-level function, so that a vendor's input workers can be handed it by name (it pickles).
+    """
+    from accel_kit.data import SyntheticBatches, open_batches
+
+    if point.data == "synthetic":
+        return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
+    return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
+
+
 class EagerModel:
     """Eager PyTorch on ``adapter``'s torch device: DDP (or DeepSpeed) across ranks.
 
@@ -31,7 +43,7 @@ class EagerModel:
     ``Trainer`` (the optimizer step: a ``graph_break`` keyword, and ``precision_spec``,
     ``make_optimizer``, ``autocast``, ``clip_gradients`` and ``optimizer_step`` for a subclass to
     override), ``OptimConfig``, ``optim_for_point``, ``param_groups``, ``learning_rate``,
-    ``cast_for_precision``, ``deepspeed_trainer``, ``NonFiniteLoss`` and ``NotMeasured``.
+    ``cast_for_precision``, ``point_batches``, ``deepspeed_trainer``, ``NonFiniteLoss`` and ``NotMeasured``.
     """
 
     Trainer = step_module.Trainer
@@ -42,6 +54,7 @@ class EagerModel:
     param_groups = staticmethod(step_module.param_groups)
     learning_rate = staticmethod(step_module.learning_rate)
     cast_for_precision = staticmethod(step_module.cast_for_precision)
+    point_batches = staticmethod(point_batches)
 
     def __init__(self, adapter: Any):
         self.adapter = adapter
