@@ -281,6 +281,12 @@ def test_poprun_starts_each_ipu_point(monkeypatch):
     with pytest.raises(Stop):  # nothing before a GPU's or a CPU's worker
         sweep.run_worker(_point("cpu", devices=1, precision="fp32"), timeout_s=5)
     assert seen[1][0] == sys.executable
+    # a block point (no devices, unsupported on IPUs) starts as a plain worker that records why
+    from accel_kit.studies.microbenchmark import BlockPoint
+
+    ipu = get_adapter("poptorch", load_system("bow-pod64").options)
+    block = BlockPoint.model_construct(kind="block", system="bow-pod64")
+    assert ipu.launch_prefix(block, "local") == [] and ipu.unsupported_reason(block)
 
 
 # --------------------------------------------------- call order against stand-ins (not the hardware)
