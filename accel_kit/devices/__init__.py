@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import importlib
 
-from accel_kit.devices.base import (
-    DTYPES,
-    PRECISIONS,
+from accel_kit.devices.base import DTYPES, PRECISIONS, BaseAdapter, DeviceAdapter, ProgrammingModel, dtype_of
+from accel_kit.devices.types import (
     Availability,
-    BaseAdapter,
-    DeviceAdapter,
     DeviceDescription,
     JobLaunch,
     Layout,
     PrecisionChoice,
     PrecisionSupport,
-    dtype_of,
 )
 from accel_kit.devices.power import EnergyMeter, EnergySource, EnergyWindow, UnavailableMeter
 from accel_kit.errors import ParameterError, UnavailableError
@@ -60,6 +56,6 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
     "EnergyMeter", "EnergySource", "EnergyWindow", "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
-    "UnavailableMeter",
+    "ProgrammingModel", "UnavailableMeter",
     "dtype_of", "get_adapter", "require_adapter",
 ]

@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
-from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport
+from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport,
+                                    ProgrammingModel)
 
 SOURCE = "Graphcore's Poplar SDK (the poptorch wheel in the SDK download)"
 COMPILED_ATTENTION = {
@@ -148,16 +149,18 @@ class PopTorchAdapter(BaseAdapter):
             return 1
         return 2 + len(self.stage_starts(n_layers))
 
-    def unsupported_reason(self, point: Any) -> str | None:
-        kind = getattr(point, "kind", None)
-        if kind == "block":
-            return ("the microbenchmark times one block with eager PyTorch on a torch device; an IPU has none "
-                    "(PopTorch compiles whole models), and one block on a "
-                    f"{self.options.ipus_per_replica}-IPU pipeline has nothing to pipeline")
-        if kind == "peak":
-            return "the matmul peak is timed with torch.mm on a torch device; PopTorch has no eager device to time it on"
-        if kind != "train":
-            return None
+    def programming_model(self, eager: Any) -> Any:
+        return PopTorchModel(self, eager)
+
+    def unsupported_block(self, point: Any) -> str | None:
+        return ("the microbenchmark times one block with eager PyTorch on a torch device; an IPU has none "
+                "(PopTorch compiles whole models), and one block on a "
+                f"{self.options.ipus_per_replica}-IPU pipeline has nothing to pipeline")
+
+    def unsupported_peak(self, point: Any) -> str | None:
+        return "the matmul peak is timed with torch.mm on a torch device; PopTorch has no eager device to time it on"
+
+    def unsupported_train(self, point: Any) -> str | None:
         k = self.options.ipus_per_replica
         if point.devices % k:
             return f"{point.devices} IPUs: a point needs a multiple of {k} (ipus_per_replica, one pipelined replica)"
@@ -182,36 +185,11 @@ class PopTorchAdapter(BaseAdapter):
                     f"to fill it, got gas {point.gas} (the paper used 128 and 1024)")
         return None
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        import poptorch
-
-        model.train()
-        if point.precision == "fp16":
-            model.half()  # fp16 weights, as Graphcore's GPT-2 (the optimizer keeps its own accumulators)
-        if point.activation_checkpointing:
-            # The IPU's form of recomputation: a checkpoint on each block's output (Graphcore's
-            # recompute_checkpoint_every_layer) instead of torch.utils.checkpoint, which PopTorch does not trace.
-            model.activation_checkpointing = False
-            for block in model.h:
-                block.register_forward_hook(lambda module, inputs, out: poptorch.recomputationCheckpoint(out))
-        if self.options.ipus_per_replica > 1:
-            # A block starts a stage on its IPU; what follows stays there until the next block. The
-            # embedding and the output projection tied to it on IPU 0, as in Graphcore's GPT-2.
-            model.wte = poptorch.BeginBlock(model.wte, "wte", ipu_id=0)
-            for i, ipu in self.stage_starts(len(model.h)).items():
-                model.h[i] = poptorch.BeginBlock(model.h[i], f"block{i}", ipu_id=ipu)
-            model.lm_head = poptorch.BeginBlock(model.lm_head, "lm_head", ipu_id=0)
-        return LossOnly(model)
-
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        import poptorch
-
-        return PopTorchTrainer(poptorch, point, model, iter(batches), self.options, self.layout(point.devices))
-
     def launch_prefix(self, point: Any, launcher: str) -> list[str]:
-        if not self.options.poprun or launcher != "local" or getattr(point, "kind", None) != "train" \
-                or self.unsupported_reason(point):
+        # poprun attaches the point's devices as replicas: a point that spans no devices (a block, a
+        # peak: unsupported on IPUs, recorded so by a plain worker) or that cannot run here gets none.
+        if not self.options.poprun or launcher != "local" or getattr(point, "devices", None) is None \
+                or self.unsupported_train(point):
             return []
         words = ["poprun", "--num-instances=1", f"--num-replicas={self.layout(point.devices).replicas}",
                  f"--ipus-per-replica={self.options.ipus_per_replica}"]
@@ -229,6 +207,41 @@ class PopTorchAdapter(BaseAdapter):
             f"# replicas = devices / {self.options.ipus_per_replica} IPUs per replica (the system's options).",
             "# A pipelined replica needs gradient accumulation to fill it: the paper ran -p gas 128 and 1024.",
         ))
+
+
+class PopTorchModel(ProgrammingModel):
+    """PopTorch's programming model: the model staged over a replica's IPUs and wrapped to return its loss,
+    and one ``trainingModel`` call per ``step()``. (Sparsity and the block step are unsupported here.)"""
+
+    adapter: PopTorchAdapter
+
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        import poptorch
+
+        model.train()
+        if point.precision == "fp16":
+            model.half()  # fp16 weights, as Graphcore's GPT-2 (the optimizer keeps its own accumulators)
+        if point.activation_checkpointing:
+            # The IPU's form of recomputation: a checkpoint on each block's output (Graphcore's
+            # recompute_checkpoint_every_layer) instead of torch.utils.checkpoint, which PopTorch does not trace.
+            model.activation_checkpointing = False
+            for block in model.h:
+                block.register_forward_hook(lambda module, inputs, out: poptorch.recomputationCheckpoint(out))
+        if self.adapter.options.ipus_per_replica > 1:
+            # A block starts a stage on its IPU; what follows stays there until the next block. The
+            # embedding and the output projection tied to it on IPU 0, as in Graphcore's GPT-2.
+            model.wte = poptorch.BeginBlock(model.wte, "wte", ipu_id=0)
+            for i, ipu in self.adapter.stage_starts(len(model.h)).items():
+                model.h[i] = poptorch.BeginBlock(model.h[i], f"block{i}", ipu_id=ipu)
+            model.lm_head = poptorch.BeginBlock(model.lm_head, "lm_head", ipu_id=0)
+        return LossOnly(model)
+
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        import poptorch
+
+        return PopTorchTrainer(poptorch, point, model, iter(batches), self.adapter.options,
+                               self.adapter.layout(point.devices), self.eager)
 
 
 def _under_poprun() -> bool:
@@ -264,21 +277,21 @@ class PopTorchTrainer:
         batches: yields ``(x, y)`` micro-batches; a call takes micro-batch x gas x replicas x device iterations.
         options: the system's PopTorch options.
         layout: replicas and steps per call.
+        eager: the engine's eager programming model, for its schedule, AdamW groups and loss check.
     """
 
-    def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, layout: Layout):
-        from accel_kit.engine.step import learning_rate, optim_for_point, param_groups
-
-        self.poptorch, self.batches = poptorch, batches
+    def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, layout: Layout,
+                 eager: Any):
+        self.poptorch, self.batches, self.eager = poptorch, batches, eager
         self.gas, self.replicas, self.iterations = point.gas, layout.replicas, layout.steps_per_call
         self.micro_batches_per_call = point.gas * layout.replicas * layout.steps_per_call
         self.samples_per_call = point.micro_batch_size * self.micro_batches_per_call
-        self.optim_cfg = optim_for_point(point)
+        self.optim_cfg = eager.optim_for_point(point)
         self.step_count = 0
         half = point.precision == "fp16"
         accum = torch.float16 if half else torch.float32
         self.optimizer = poptorch.optim.AdamW(
-            param_groups(model, self.optim_cfg.weight_decay), lr=learning_rate(0, self.optim_cfg),
+            eager.param_groups(model, self.optim_cfg.weight_decay), lr=eager.learning_rate(0, self.optim_cfg),
             betas=(self.optim_cfg.beta1, self.optim_cfg.beta2),
             eps=1e-6,  # representable in the fp16 accumulators (Graphcore's GPT-2 uses it)
             bias_correction=False, loss_scaling=options.loss_scaling if half else 1.0,
@@ -322,18 +335,16 @@ class PopTorchTrainer:
         return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
 
     def step(self) -> float:
-        from accel_kit.engine.step import NonFiniteLoss, learning_rate
-
         x, y = self._next if self._next is not None else self._batch()
         self._next = None
         out = self.model(x, y)  # device_iterations optimizer steps, on every replica
         self.step_count += self.iterations
         # The next call's learning rate, sent to the IPUs (PopTorch never calls optimizer.step()).
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step_count, self.optim_cfg)
+            group["lr"] = self.eager.learning_rate(self.step_count, self.optim_cfg)
         self.model.setOptimizer(self.optimizer)
         # OutputMode.Sum: each replica's loss summed over its micro-batches and iterations.
         value = out.float().div(self.gas * self.iterations).mean().item()
         if not math.isfinite(value):
-            raise NonFiniteLoss(self.step_count, value)
+            raise self.eager.NonFiniteLoss(self.step_count, value)
         return value

@@ -16,24 +16,31 @@ Gaudi trains the way Habana documents it, not CUDA's way:
 - Data parallel over HCCL (importing ``habana_frameworks.torch.distributed.hccl`` registers
   the backend); ZeRO through DeepSpeed with its HPU accelerator (``DS_ACCELERATOR=hpu``).
 
+The step is the engine's (``Trainer``, handed in as ``eager.Trainer``: its accumulation,
+schedule and ``graph_break``); ``HabanaTrainer`` replaces only the optimizer, the clipping,
+the autocast and what bf16 means.
+
 Nothing here has run on a Gaudi. ``tests/test_vendor_adapters.py`` checks the order of these
 calls against small recording stand-ins of Habana's modules: the order, not the hardware.
 """
 from __future__ import annotations
 
 import contextlib
-import math
+import functools
 import os
 import sys
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any, Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
-from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport
+from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport,
+                                    ProgrammingModel)
 from accel_kit.errors import UnavailableError
+from accel_kit.precision import PrecisionSpec
 
 BRIDGE = "habana_frameworks.torch"
 SOURCE = "Intel Gaudi's software stack (habana-torch-plugin, from Intel's Gaudi installer or Docker images)"
@@ -158,9 +165,11 @@ class HabanaAdapter(BaseAdapter):
 
     # --- the programming model
 
-    def unsupported_reason(self, point: Any) -> str | None:
-        if getattr(point, "kind", None) != "train":
-            return None  # the block and the matmul peak run as eager PyTorch on the hpu device
+    def programming_model(self, eager: Any) -> Any:
+        return GaudiModel(self, eager)
+
+    def unsupported_train(self, point: Any) -> str | None:
+        # The block and the matmul peak run as eager PyTorch on the hpu device (the defaults).
         if point.precision == "fp16":
             return ("fp16 training on Gaudi is not written here: Habana's documented mixed precision is bf16 "
                     "autocast (fp16 would need a loss scaler on HPU); use -p precision bf16")
@@ -168,29 +177,6 @@ class HabanaAdapter(BaseAdapter):
             return ("torch.compile and lazy mode are exclusive on Gaudi: set execution_mode: eager in the system "
                     "file for torch.compile(backend='hpu_backend')")
         return None
-
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        return model.to(device)  # fp32 weights: bf16 comes from autocast (DeepSpeed applies its own mode)
-
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        from accel_kit.engine.step import optim_for_point
-
-        optim = optim_for_point(point)
-        if point.engine == "deepspeed":
-            from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
-
-            return DeepSpeedTrainer(point, model, batches, device, optim, world, self, graph_break=self.mark_step)
-        if world > 1:
-            model = self.wrap_ddp(model, device)
-        if point.torch_compile:
-            model = torch.compile(model, backend="hpu_backend")
-        from habana_frameworks.torch.hpex.normalization import FusedClipNorm
-        from habana_frameworks.torch.hpex.optimizers import FusedAdamW
-
-        return HabanaTrainer(model, iter(batches), device, point.precision, point.gas, optim,
-                             mark_step=self.mark_step, adamw=FusedAdamW, clip_norm=FusedClipNorm,
-                             after_step=after_step)
 
     def job_launch(self, scheduler: str) -> JobLaunch:
         mode = "1" if self.lazy else "0"
@@ -204,64 +190,71 @@ class HabanaAdapter(BaseAdapter):
         ))
 
 
-class HabanaTrainer:
-    """One optimizer step on a Gaudi, the way Habana documents it (see the module docstring).
+class GaudiModel(ProgrammingModel):
+    """The engine's eager step on the hpu device, with Habana's parts: fp32 weights (bf16 comes from
+    autocast), ``HabanaTrainer``, ``torch.compile(backend="hpu_backend")``, and the adapter's
+    ``mark_step`` as the graph break (DeepSpeed's engine included). Sparsity and the block step are
+    the eager ones."""
 
-    Args:
-        model: the model on the hpu device (DDP-wrapped or compiled as the point asks).
-        batches: yields ``(x, y)`` micro-batches.
-        device: the hpu device.
-        precision: fp32 or bf16 (bf16: autocast around forward and loss).
-        gas: micro-batches per optimizer step.
-        optim: optimizer settings (lr schedule, weight decay, clipping).
-        mark_step: the adapter's graph cut (a no-op in eager mode).
-        adamw, clip_norm: Habana's ``FusedAdamW`` and ``FusedClipNorm`` classes.
-        after_step: called after each optimizer step (re-applying sparsity masks).
-    """
+    adapter: HabanaAdapter
 
-    def __init__(self, model: nn.Module, batches, device: torch.device, precision: str, gas: int, optim, *,
-                 mark_step, adamw, clip_norm, after_step=None):
-        from accel_kit.engine.step import param_groups
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        return model.to(device)  # fp32 weights: bf16 comes from autocast (DeepSpeed applies its own mode)
 
-        self.model, self.batches, self.device, self.gas, self.optim_cfg = model, batches, device, gas, optim
-        self.mark_step, self.after_step = mark_step, after_step
-        self.step_count = 0
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = adamw(param_groups(model, optim.weight_decay), lr=optim.lr, betas=(optim.beta1, optim.beta2))
-        self.clip = clip_norm(self.params, optim.grad_clip) if optim.grad_clip > 0 else None
-        # Forward and loss under autocast, backward outside it (Habana's autocast guide).
-        self.autocast = (torch.autocast(device_type="hpu", dtype=torch.bfloat16) if precision == "bf16"
-                         else contextlib.nullcontext())
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        return self.eager.make_trainer(point, model, batches, device, world, after_step=after_step,
+                                       trainer=self._trainer, compile_backend="hpu_backend",
+                                       graph_break=self.adapter.mark_step)
 
-    def _no_sync(self, last: bool):
-        no_sync = getattr(self.model, "no_sync", None)
-        return contextlib.nullcontext() if last or no_sync is None else no_sync()
+    def _trainer(self, *args: Any, **kwargs: Any) -> Any:
+        # Imported here, not in make_trainer: a DeepSpeed point uses DeepSpeed's optimizer instead.
+        from habana_frameworks.torch.hpex.normalization import FusedClipNorm
+        from habana_frameworks.torch.hpex.optimizers import FusedAdamW
 
-    def step(self) -> float:
-        from accel_kit.engine.step import NonFiniteLoss, learning_rate
+        cls = habana_trainer(self.eager.Trainer, self.eager.param_groups)
+        return cls(*args, adamw=FusedAdamW, clip_norm=FusedClipNorm, **kwargs)
 
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate(self.step_count, self.optim_cfg)
-        total = torch.zeros((), device=self.device)
-        for micro in range(self.gas):
-            x, y = next(self.batches)
-            x, y = x.to(self.device), y.to(self.device)
-            with self._no_sync(last=micro == self.gas - 1):
-                with self.autocast:
-                    _, loss = self.model(x, y)
-                loss = loss / self.gas
-                loss.backward()
-            total += loss.detach()
-            self.mark_step()  # after backward: this micro-batch's graph runs while the host goes on
-        if self.clip is not None:
-            self.clip.clip_norm(self.params)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.after_step is not None:
-            self.after_step()
-        self.mark_step()  # after the optimizer step: the update is one graph of its own
-        self.step_count += 1
-        value = total.item()
-        if not math.isfinite(value):
-            raise NonFiniteLoss(self.step_count, value)
-        return value
+
+def gaudi_precision(kind: PrecisionSpec) -> PrecisionSpec:
+    """What a precision means on Gaudi: one the engine holds as 16-bit weights with fp32 masters (bf16) runs
+    instead as autocast around forward and loss over fp32 weights (Habana's mixed precision)."""
+    if not kind.master_weights:
+        return kind
+    return replace(kind, model_dtype=torch.float32, autocast_dtype=kind.dtype, master_weights=False)
+
+
+@functools.cache
+def habana_trainer(trainer: type, param_groups: Callable[..., list[dict]]) -> type:
+    """``HabanaTrainer``: a subclass of the engine's ``trainer`` (handed to devices/ as ``eager.Trainer``,
+    with its ``param_groups``), built once per base class."""
+
+    class HabanaTrainer(trainer):
+        """One optimizer step on a Gaudi, the way Habana documents it (see the module docstring): the engine's
+        step (its ``graph_break`` the adapter's ``mark_step``) with Habana's optimizer, clipping and autocast.
+
+        Args: those of the engine's ``Trainer``, and
+            adamw, clip_norm: Habana's ``FusedAdamW`` and ``FusedClipNorm`` classes.
+        """
+
+        def __init__(self, *args: Any, adamw: Any, clip_norm: Any, **kwargs: Any):
+            self._adamw = adamw
+            super().__init__(*args, **kwargs)
+            self.clip = clip_norm(self.params, self.optim_cfg.grad_clip) if self.optim_cfg.grad_clip > 0 else None
+
+        def precision_spec(self, precision: str) -> PrecisionSpec:
+            return gaudi_precision(super().precision_spec(precision))
+
+        def make_optimizer(self, params: Any) -> Any:
+            cfg = self.optim_cfg
+            return self._adamw(param_groups(params, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+        def autocast(self, dtype: torch.dtype) -> Any:
+            # Forward and loss under autocast, backward outside it (Habana's autocast guide; the engine's
+            # step runs the backward outside it too).
+            return torch.autocast(device_type="hpu", dtype=dtype)
+
+        def clip_gradients(self, params: list[torch.Tensor], max_norm: float) -> None:
+            self.clip.clip_norm(params)  # FusedClipNorm holds its max_norm
+
+    return HabanaTrainer

@@ -48,7 +48,8 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
-from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport
+from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport,
+                                    ProgrammingModel)
 
 SOURCE = "SambaNova's SambaFlow (installed with the SambaNova software stack, under /opt/sambaflow)"
 TILES_PER_RDU = 8  # docs/study.md, Table I
@@ -128,15 +129,17 @@ class SambaFlowAdapter(BaseAdapter):
     def attention_kernel(self, point: Any) -> dict[str, Any] | None:
         return dict(COMPILED_ATTENTION)
 
-    def unsupported_reason(self, point: Any) -> str | None:
-        kind = getattr(point, "kind", None)
-        if kind == "block":
-            return ("the microbenchmark times one block with eager PyTorch on a torch device; on SN30 a block needs "
-                    "a PEF of its own and a session.run per pass, a path not written here")
-        if kind == "peak":
-            return "the matmul peak is timed with torch.mm on a torch device; an RDU runs compiled PEFs only"
-        if kind != "train":
-            return None
+    def programming_model(self, eager: Any) -> Any:
+        return SambaFlowModel(self, eager)
+
+    def unsupported_block(self, point: Any) -> str | None:
+        return ("the microbenchmark times one block with eager PyTorch on a torch device; on SN30 a block needs "
+                "a PEF of its own and a session.run per pass, a path not written here")
+
+    def unsupported_peak(self, point: Any) -> str | None:
+        return "the matmul peak is timed with torch.mm on a torch device; an RDU runs compiled PEFs only"
+
+    def unsupported_train(self, point: Any) -> str | None:
         if point.gas > 1:
             return ("gradient accumulation on SN30 is not part of the documented SambaFlow API accel-kit follows "
                     "(one session.run per optimizer step); only gas 1 runs")
@@ -152,18 +155,6 @@ class SambaFlowAdapter(BaseAdapter):
         if point.activation_checkpointing:
             return "recomputation is a SambaFlow compiler decision, not torch.utils.checkpoint in the traced model"
         return None
-
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        from sambaflow import samba
-
-        return samba_model(samba, model)
-
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        from sambaflow import samba
-        from sambaflow.samba import utils
-
-        return SambaFlowTrainer(samba, utils, point, model, iter(batches), world, self)
 
     def pef_dir(self) -> Path:
         return Path(self.options.pef_dir or DEFAULT_PEF_DIR).expanduser()
@@ -189,6 +180,25 @@ class SambaFlowAdapter(BaseAdapter):
             params=(("timeout_s", "21600"),))
 
 
+class SambaFlowModel(ProgrammingModel):
+    """SambaFlow's programming model: the model converted for the RDU, and one ``session.run`` per ``step()``
+    of a PEF compiled for the point's shape. (Sparsity and the block step are unsupported here.)"""
+
+    adapter: SambaFlowAdapter
+
+    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+        from sambaflow import samba
+
+        return samba_model(samba, model)
+
+    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+                     after_step: Any = None) -> Any:
+        from sambaflow import samba
+        from sambaflow.samba import utils
+
+        return SambaFlowTrainer(samba, utils, point, model, iter(batches), world, self.adapter, self.eager)
+
+
 class _LossOnly(nn.Module):
     """The model's loss as its one output: SambaFlow treats every traced output as a loss."""
 
@@ -207,13 +217,14 @@ def samba_model(samba, model: nn.Module) -> nn.Module:
     return wrapped
 
 
-def samba_optimizers(samba, model: nn.Module, optim) -> list:
-    """``samba.optim.AdamW`` per weight-decay group, gradient clipping inside (as SambaNova's GPT-2 tutorial)."""
-    from accel_kit.engine.step import param_groups
-
-    return [samba.optim.AdamW(group["params"], lr=optim.lr, betas=(optim.beta1, optim.beta2),
-                              weight_decay=group["weight_decay"], max_grad_norm=optim.grad_clip or None)
-            for group in param_groups(model, optim.weight_decay)]
+def samba_optimizers(samba, model: nn.Module, spec: dict[str, Any]) -> list:
+    """``samba.optim.AdamW`` per weight-decay group of the PEF's ``spec`` (the engine's AdamW groups, by
+    parameter name), gradient clipping inside (as SambaNova's GPT-2 tutorial)."""
+    params, optim = dict(model.named_parameters()), spec["optim"]
+    return [samba.optim.AdamW([params[name] for name in group["names"]], lr=optim["lr"],
+                              betas=(optim["beta1"], optim["beta2"]), weight_decay=group["weight_decay"],
+                              max_grad_norm=optim["grad_clip"] or None)
+            for group in spec["param_groups"]]
 
 
 def samba_inputs(samba, x: torch.Tensor, y: torch.Tensor) -> list:
@@ -222,18 +233,21 @@ def samba_inputs(samba, x: torch.Tensor, y: torch.Tensor) -> list:
             samba.from_torch_tensor(y.int(), name="labels", batch_dim=0)]
 
 
-def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter) -> dict[str, Any]:
-    """Everything a PEF depends on; its hash names the PEF."""
-    from accel_kit.engine.step import optim_for_point
-
-    optim = optim_for_point(point)
+def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter, eager: Any) -> dict[str, Any]:
+    """Everything a PEF depends on; its hash names the PEF. ``eager``: the engine's eager programming model
+    (the point's optimizer settings and AdamW groups, which the compile process cannot ask the engine for)."""
+    optim = eager.optim_for_point(point)
     spec = {"config": asdict(model.model.cfg), "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
             "data_parallel": world > 1, "tiles": adapter.options.tiles_per_instance,
             "compiler_args": list(adapter.options.compiler_args),
             "optim": {"lr": optim.lr, "weight_decay": optim.weight_decay, "grad_clip": optim.grad_clip,
                       "beta1": optim.beta1, "beta2": optim.beta2}}
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    return spec | {"name": f"accel_kit_{digest}", "out": str(adapter.pef_dir())}
+    # The groups follow from the config and the weight decay (hashed above), so they do not rename the PEF.
+    names = {id(p): name for name, p in model.named_parameters()}
+    groups = [{"names": [names[id(p)] for p in group["params"]], "weight_decay": group["weight_decay"]}
+              for group in eager.param_groups(model, optim.weight_decay)]
+    return spec | {"name": f"accel_kit_{digest}", "out": str(adapter.pef_dir()), "param_groups": groups}
 
 
 def pef_path(spec: dict[str, Any]) -> Path:
@@ -255,10 +269,9 @@ def compile_pef(spec: dict[str, Any]) -> None:
     from sambaflow.samba.utils.argparser import parse_app_args
 
     from accel_kit.models.gpt import GPT, GPTConfig
-    from accel_kit.engine.step import OptimConfig
 
     model = samba_model(samba, GPT(GPTConfig(**spec["config"])))  # the graph, not the weights, is compiled
-    optims = samba_optimizers(samba, model, OptimConfig(**spec["optim"]))
+    optims = samba_optimizers(samba, model, spec)
     shape = (spec["micro_batch_size"], spec["seq_len"])
     inputs = samba_inputs(samba, torch.zeros(shape, dtype=torch.int32), torch.zeros(shape, dtype=torch.int32))
     args = parse_app_args(argv=compile_argv(spec))
@@ -306,33 +319,32 @@ class SambaFlowTrainer:
         batches: yields ``(x, y)`` micro-batches of this rank.
         world: instances in all (data parallel when above 1).
         adapter: the SambaFlow adapter (options, PEF folder).
+        eager: the engine's eager programming model, for its schedule, AdamW groups and loss check.
     """
 
-    def __init__(self, samba, utils, point, model: nn.Module, batches, world: int, adapter: SambaFlowAdapter):
-        from accel_kit.engine.step import optim_for_point
-
-        self.samba, self.batches, self.data_parallel = samba, batches, world > 1
-        self.optim_cfg = optim_for_point(point)
+    def __init__(self, samba, utils, point, model: nn.Module, batches, world: int, adapter: SambaFlowAdapter,
+                 eager: Any):
+        self.samba, self.batches, self.data_parallel, self.eager = samba, batches, world > 1, eager
+        self.optim_cfg = eager.optim_for_point(point)
         self.step_count = 0
-        optims = samba_optimizers(samba, model, self.optim_cfg)
+        spec = pef_spec(model, point, world, adapter, eager)
+        optims = samba_optimizers(samba, model, spec)
         shape = (point.micro_batch_size, point.seq_len)
         inputs = samba_inputs(samba, torch.zeros(shape, dtype=torch.int32), torch.zeros(shape, dtype=torch.int32))
-        pef = ensure_pef(pef_spec(model, point, world, adapter), int(os.environ.get("RANK", 0)))
+        pef = ensure_pef(spec, int(os.environ.get("RANK", 0)))
         # The run phase: the PEF loaded, weights and optimizer state placed on the RDU.
         self.outputs = utils.trace_graph(model, inputs, optims, pef=str(pef), init_output_grads=True)
 
     def step(self) -> float:
-        from accel_kit.engine.step import NonFiniteLoss, learning_rate
-
         x, y = next(self.batches)
         extra = {"data_parallel": True, "reduce_on_rdu": True} if self.data_parallel else {}
+        lr = self.eager.learning_rate(self.step_count, self.optim_cfg)
         outputs = self.samba.session.run(input_tensors=samba_inputs(self.samba, x, y), output_tensors=self.outputs,
-                                         hyperparam_dict={"lr": learning_rate(self.step_count, self.optim_cfg)},
-                                         section_types=SECTIONS, **extra)
+                                         hyperparam_dict={"lr": lr}, section_types=SECTIONS, **extra)
         value = self.samba.to_torch(outputs[0]).float().mean().item()
         self.step_count += 1
         if not math.isfinite(value):
-            raise NonFiniteLoss(self.step_count, value)
+            raise self.eager.NonFiniteLoss(self.step_count, value)
         return value
 
 

@@ -20,7 +20,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel_kit.engine import step as step_module
+import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
+
+
+def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
+    """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows).
+
+    A module-level function, so that a vendor's input workers can be handed it by name (it pickles).
+    """
+    from accel_kit.data import SyntheticBatches, open_batches
+
+    if point.data == "synthetic":
+        return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
+    return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
 
 
 class EagerModel:
@@ -28,9 +40,10 @@ class EagerModel:
 
     The engine's building blocks a vendor's programming model may reuse are attributes, so that
     devices/ code reaches them through the object it is handed instead of importing the engine:
-    ``Trainer`` (the optimizer step, with ``graph_break`` and ``optimizer_step`` hooks),
-    ``optim_for_point``, ``param_groups``, ``learning_rate``, ``cast_for_precision``,
-    ``deepspeed_trainer`` and ``NotMeasured``.
+    ``Trainer`` (the optimizer step: a ``graph_break`` keyword, and ``precision_spec``,
+    ``make_optimizer``, ``autocast``, ``clip_gradients`` and ``optimizer_step`` for a subclass to
+    override), ``OptimConfig``, ``optim_for_point``, ``param_groups``, ``learning_rate``,
+    ``cast_for_precision``, ``point_batches``, ``deepspeed_trainer``, ``NonFiniteLoss`` and ``NotMeasured``.
     """
 
     Trainer = step_module.Trainer
@@ -41,6 +54,7 @@ class EagerModel:
     param_groups = staticmethod(step_module.param_groups)
     learning_rate = staticmethod(step_module.learning_rate)
     cast_for_precision = staticmethod(step_module.cast_for_precision)
+    point_batches = staticmethod(point_batches)
 
     def __init__(self, adapter: Any):
         self.adapter = adapter
@@ -73,17 +87,26 @@ class EagerModel:
         return sparse
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
-        """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss."""
+                     after_step: Any = None, trainer: Any = None, compile_backend: str | None = None,
+                     graph_break: Any = None) -> Any:
+        """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss.
+
+        The worker passes ``after_step`` only; a vendor's programming model that keeps this eager path
+        passes its parts: ``trainer`` (a ``Trainer`` subclass, or a callable taking its arguments),
+        ``compile_backend`` (``torch.compile``'s backend for ``-p torch_compile true``) and
+        ``graph_break`` (where a lazy graph is cut: given to the trainer, DeepSpeed's included).
+        """
         optim = step_module.optim_for_point(point)
         if point.engine == "deepspeed":
-            return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter)
+            return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter,
+                                          graph_break=graph_break)
         if world > 1:
             model = self.adapter.wrap_ddp(model, device)
         if point.torch_compile:
-            model = torch.compile(model)
-        return step_module.Trainer(model, iter(batches), device, point.precision, point.gas, optim,
-                                   after_step=after_step, fused_optimizer=self.adapter.fused_optimizer())
+            model = torch.compile(model, **({"backend": compile_backend} if compile_backend else {}))
+        return (trainer or step_module.Trainer)(model, iter(batches), device, point.precision, point.gas, optim,
+                                                after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
+                                                graph_break=graph_break)
 
     def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from accel_kit.precision import spec
+from accel_kit.precision import PrecisionSpec, spec
 
 
 class NonFiniteLoss(RuntimeError):
@@ -93,6 +93,11 @@ def learning_rate(step: int, cfg: OptimConfig) -> float:
 class Trainer:
     """Holds model, optimizer and precision state; ``step()`` runs one optimizer step over ``gas`` micro-batches.
 
+    A device whose programming model is eager PyTorch with vendor parts (a fused optimizer, its own
+    clipping, a lazy graph to cut) subclasses this and overrides only those parts: ``precision_spec``,
+    ``make_optimizer``, ``autocast``, ``clip_gradients``, or the whole ``optimizer_step``; the
+    accumulation, the schedule and the loss check stay this class's.
+
     Args:
         model: the (possibly DDP-wrapped) model; ``model(x, y)`` returns ``(logits, loss)``.
         batches: yields ``(x, y)`` micro-batches on any device (moved here).
@@ -102,32 +107,81 @@ class Trainer:
         optim: optimizer settings.
         after_step: called after each optimizer step (e.g. re-applying a sparsity mask).
         fused_optimizer: use torch's fused AdamW (the device adapter says whether it exists).
+        graph_break: called after each micro-batch's backward and after the optimizer step, where a
+            device that records operations into a lazy graph must cut it (the adapter's choice).
     """
 
     def __init__(self, model: nn.Module, batches: Iterator, device: torch.device, precision: str, gas: int,
-                 optim: OptimConfig, *, after_step: Callable[[], None] | None = None, fused_optimizer: bool = False):
+                 optim: OptimConfig, *, after_step: Callable[[], None] | None = None, fused_optimizer: bool = False,
+                 graph_break: Callable[[], None] | None = None):
         self.model, self.batches, self.device, self.precision, self.gas = model, batches, device, precision, gas
         self.optim_cfg = optim
-        self.after_step = after_step
+        self.after_step, self.graph_break = after_step, graph_break
+        self.fused_optimizer = fused_optimizer
         self.step_count = 0
         # Unique trainable parameters (a tied embedding once), in a fixed order.
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.master: list[torch.Tensor] | None = None
-        kind = spec(precision)
+        kind = self.precision_spec(precision)
         if kind.master_weights:
             if any(p.dtype != kind.model_dtype for p in self.params):
                 raise ValueError(f"precision {precision} expects a {precision} model: "
                                  f"call cast_for_precision(model, {precision!r}) first")
             self.master = [p.detach().float().requires_grad_(True) for p in self.params]
-        self.optimizer = make_optimizer(self.master if self.master is not None else model, optim,
-                                        fused=fused_optimizer)
-        self._autocast = (torch.autocast(device.type, dtype=kind.autocast_dtype) if kind.autocast_dtype is not None
+        self.optimizer = self.make_optimizer(self.master if self.master is not None else model)
+        self._autocast = (self.autocast(kind.autocast_dtype) if kind.autocast_dtype is not None
                           else contextlib.nullcontext())
         self.scaler = torch.amp.GradScaler(device.type) if kind.loss_scaling else None
+
+    # --- the parts a device may replace
+
+    def precision_spec(self, precision: str) -> PrecisionSpec:
+        """What ``precision`` means for this trainer's step (``accel_kit.precision``)."""
+        return spec(precision)
+
+    def make_optimizer(self, params: nn.Module | list[torch.Tensor]) -> torch.optim.Optimizer:
+        """The optimizer over ``params`` (the model, or its fp32 master weights)."""
+        return make_optimizer(params, self.optim_cfg, fused=self.fused_optimizer)
+
+    def autocast(self, dtype: torch.dtype):
+        """The context the forward and loss run in for a precision that autocasts to ``dtype``."""
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def clip_gradients(self, params: list[torch.Tensor], max_norm: float) -> None:
+        """Scale the gradients of ``params`` to a global norm of at most ``max_norm``."""
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    def optimizer_step(self) -> None:
+        """The update from the accumulated gradients: to the fp32 masters, unscaled, clipped, stepped, zeroed,
+        and copied back to the model."""
+        if self.master is not None:
+            # bf16 gradients (accumulated over the micro-batches, all-reduced by DDP) to fp32.
+            for master, p in zip(self.master, self.params):
+                master.grad = p.grad.float() if p.grad is not None else None
+                p.grad = None
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.optim_cfg.grad_clip > 0:
+            self.clip_gradients(self.master if self.master is not None else self.params, self.optim_cfg.grad_clip)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.master is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.master)  # fp32 master -> bf16 model
+
+    # --- the step
 
     def _no_sync(self, last: bool):
         no_sync = getattr(self.model, "no_sync", None)
         return contextlib.nullcontext() if last or no_sync is None else no_sync()
+
+    def _graph_break(self) -> None:
+        if self.graph_break is not None:
+            self.graph_break()
 
     def accumulate(self) -> torch.Tensor:
         """Forward and backward over ``gas`` micro-batches; leaves the summed gradients in ``.grad``.
@@ -139,11 +193,12 @@ class Trainer:
             x, y = next(self.batches)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             with self._no_sync(last=micro == self.gas - 1):
-                with self._autocast:
+                with self._autocast:  # forward and loss only: the backward runs outside autocast
                     _, loss = self.model(x, y)
                 loss = loss / self.gas  # mean over the accumulated micro-batches
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             total += loss.detach()
+            self._graph_break()  # this micro-batch's graph runs while the host records the next
         return total
 
     def step(self) -> float:
@@ -151,27 +206,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(self.step_count, self.optim_cfg)
         total = self.accumulate()
-        if self.master is not None:
-            # bf16 gradients (accumulated over the micro-batches, all-reduced by DDP) to fp32.
-            for master, p in zip(self.master, self.params):
-                master.grad = p.grad.float() if p.grad is not None else None
-                p.grad = None
-        if self.scaler:
-            self.scaler.unscale_(self.optimizer)
-        if self.optim_cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.master if self.master is not None else self.params,
-                                           self.optim_cfg.grad_clip)
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.master is not None:
-            with torch.no_grad():
-                torch._foreach_copy_(self.params, self.master)  # fp32 master -> bf16 model
+        self.optimizer_step()
         if self.after_step is not None:
             self.after_step()
+        self._graph_break()  # the update is a graph of its own
         self.step_count += 1
         value = total.item()
         if not math.isfinite(value):
