@@ -141,11 +141,11 @@ def test_user_fasta_with_ambiguous_bases_trains_with_forced_math_kernel(out_dir,
 def test_unavailable_kernel_is_unsupported_and_does_not_move_the_frontier():
     from accel_kit.engine.point import TrainPoint
     from accel_kit.engine.sweep import is_memory_failure
-    from accel_kit.engine.worker import measure_point
+    from accel_kit.engine.worker import run_point
 
     point = TrainPoint(system="cpu", preset="genslm-debug", precision="bf16", micro_batch_size=1, seq_len=32,
                        attention_kernel="efficient")
-    result = measure_point(point, 0, 1)  # in this process: the probe answers before a model is built
+    result = run_point(point, rank=0, world=1, local_rank=0)  # in this process: the probe answers before a model is built
     assert result["status"] == "unsupported" and "'efficient' is not available on cpu" in result["reason"]
     # Not a memory failure: the sweep still tries the longer lengths.
     assert not is_memory_failure(result["status"], result["reason"])

@@ -197,8 +197,10 @@ def test_what_cannot_map_is_unsupported_with_the_reason(system, kind, fragment):
     sysd = load_system(system)
     adapter = get_adapter(sysd.adapter, sysd.options)
     assert fragment in getattr(adapter, f"unsupported_{kind}")(SimpleNamespace())
-    # the worker's way until the engine asks by kind itself: BaseAdapter.unsupported_reason dispatches
-    assert adapter.unsupported_reason(SimpleNamespace(kind=kind)) == getattr(adapter, f"unsupported_{kind}")(None)
+    # the worker's way: the engine's table of point kinds asks the kind's own check
+    from accel_kit.engine.kinds import KINDS
+
+    assert KINDS[kind].unsupported(adapter, SimpleNamespace(kind=kind)) == getattr(adapter, f"unsupported_{kind}")(None)
 
 
 def test_the_block_and_the_peak_run_on_gaudi():
@@ -222,9 +224,11 @@ def test_unsupported_training_points_say_why():
     assert "execution_mode: eager" in hpu.unsupported_train(_point("gaudi2", torch_compile=True))
     assert get_adapter("habana", {"execution_mode": "eager"}).unsupported_train(
         _point("gaudi2", torch_compile=True)) is None
-    # a training point through the dispatcher the worker calls today
-    assert hpu.unsupported_reason(_point("gaudi2", precision="fp16")) == hpu.unsupported_train(
-        _point("gaudi2", precision="fp16"))
+    # a training point through the engine's table of point kinds, as the worker asks
+    from accel_kit.engine.kinds import kind_of
+
+    fp16 = _point("gaudi2", precision="fp16")
+    assert kind_of(fp16).unsupported(hpu, fp16) == hpu.unsupported_train(fp16)
 
 
 # ------------------------------------------------------------------------------------ job scripts
@@ -286,7 +290,9 @@ def test_poprun_starts_each_ipu_point(monkeypatch):
 
     ipu = get_adapter("poptorch", load_system("bow-pod64").options)
     block = BlockPoint.model_construct(kind="block", system="bow-pod64")
-    assert ipu.launch_prefix(block, "local") == [] and ipu.unsupported_reason(block)
+    from accel_kit.engine.kinds import kind_of
+
+    assert ipu.launch_prefix(block, "local") == [] and kind_of(block).unsupported(ipu, block)
 
 
 # --------------------------------------------------- call order against stand-ins (not the hardware)
@@ -528,12 +534,12 @@ def test_compile_phase_is_its_own_process_command():
 
 def test_worker_records_an_ipu_point_by_its_layout(standins):
     """The worker's throughput follows the layout: one process, replicas of 4 IPUs, the global batch over them."""
-    from accel_kit.engine.worker import measure_point
+    from accel_kit.engine.worker import run_point
 
     calls = standins(poptorch_factories)
     point = _point("bow-pod64", devices=8, gas=4, precision="fp16", micro_batch_size=1, steps=2, warmup_steps=1)
     assert (point.ranks, point.data_parallel_size) == (1, 2)
-    result = measure_point(point, 0, 1)
+    result = run_point(point, rank=0, world=1, local_rank=0)
     assert result["status"] == "ok", result.get("reason")
     m = result["metrics"]
     assert m["global_batch_size"] == 1 * 4 * 2 and m["data_parallel_size"] == 2 and m["tokens_per_step"] == 8 * SEQ

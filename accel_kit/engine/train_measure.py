@@ -12,7 +12,7 @@ from typing import Any
 
 from accel_kit import flops as F
 from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
-from accel_kit.engine.eager import programming_model
+from accel_kit.engine.eager import point_batches, programming_model
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
 from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
 from accel_kit.precision import dtype_of, spec
@@ -22,15 +22,6 @@ from accel_kit.timing import Timing
 def share(total: int, devices: int) -> int | float:
     """``total`` per device: an integer where it divides evenly (FLOPs and tokens stay exact)."""
     return total // devices if total % devices == 0 else total / devices
-
-
-def point_batches(point: Any, vocab_size: int, rank: int):
-    """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows)."""
-    from accel_kit.data import SyntheticBatches, open_batches
-
-    if point.data == "synthetic":
-        return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
-    return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
 
 
 class TrainMeasurement(KindMeasurement):
