@@ -89,8 +89,8 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
     # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
-    studies.resolve(args.study, args.profile, **({"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
-                                                 | dict(_parse_override(p) for p in overrides)))
+    script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
+    studies.resolve(args.study, args.profile, **(script_params | dict(_parse_override(p) for p in overrides)))
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     if not Path(args[0]).is_dir():
-        print(f"{Path(__file__).name}: error: {args[0]!r} is not a folder (a results root: OUTPUT_DIR)", file=sys.stderr)
+        print(f"{Path(__file__).name}: error: {args[0]!r} is not a folder (a results root: OUTPUT_DIR)",
+              file=sys.stderr)
         return 2
     print("\n".join(lines(args[0])))
     return 0

@@ -110,7 +110,11 @@ def resolve(study: str, profile: str | None = "quick", **overrides: Any):
 
 def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
               output_dir: str | Path | None = None, progress: bool = True, **overrides: Any) -> StudyRun:
-    """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl."""
+    """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl.
+
+    Bad input (a parameter, the system, an output folder that cannot be written) raises an
+    AccelKitError before any point runs.
+    """
     module = study_module(study)
     params = _params.resolve(module.Params, study, profile, overrides)
     sys_desc = load_system(system)
