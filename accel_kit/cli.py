@@ -15,7 +15,7 @@ def _parse_override(text: list[str]) -> tuple[str, object]:
     from accel_kit.params import parse_value
 
     name, value = text
-    return name, parse_value(value)
+    return name, parse_value(value, name)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -50,13 +50,14 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
-def parse_value(text: str) -> Any:
+def parse_value(text: str, name: str | None = None) -> Any:
     """Parse a command-line value as YAML, as papermill does (``'[4]'`` -> [4], ``true`` -> True;
-    ``2:4`` stays '2:4', not YAML 1.1's base-60 124)."""
+    ``2:4`` stays '2:4', not YAML 1.1's base-60 124). ``name``: the parameter, for the error."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
-        raise ParameterError(f"cannot parse value {text!r}: {exc.__class__.__name__}") from None
+        where = f"parameter {name!r}: " if name else ""
+        raise ParameterError(f"{where}cannot parse value {text!r}: {exc.__class__.__name__}") from None
 
 
 def profiles(study: str) -> list[str]:
@@ -94,7 +95,7 @@ def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
                              f"known: {', '.join(cls.model_fields)}")
     # papermill passes `-p batch_sizes '[4]'` as the string "[4]": YAML-parse strings given to
     # fields that are not plain strings, so papermill and the CLI accept the same spellings.
-    values = {k: parse_value(v) if isinstance(v, str) and cls.model_fields[k].annotation is not str else v
+    values = {k: parse_value(v, k) if isinstance(v, str) and cls.model_fields[k].annotation is not str else v
               for k, v in values.items()}
     try:
         return cls.model_validate(values)

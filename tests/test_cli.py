@@ -213,6 +213,8 @@ def test_prepare_unwritable_destination(argv, capsys, tmp_path):
     blocked = _blocked(tmp_path)
     err = _fail([a.format(blocked=blocked, tmp=tmp_path) for a in argv], capsys)
     assert f"'{blocked}' cannot be written: '{tmp_path / 'a-file'}' is a file, not a folder" in err
+    if argv[1] != "synthetic-genome":
+        assert err.startswith(f"accel-kit: error: --out '{argv[-1].format(blocked=blocked)}': its folder '{blocked}'")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -236,6 +238,13 @@ def test_predict_probe_link_unwritable_cache_stops_before_the_probe(capsys, monk
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
     err = _fail(["predict", "--system", "cpu", "--probe-link"], capsys)
     assert f"the folder of the measured link '{_blocked(tmp_path) / 'what_if'}' cannot be written" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "gas", "-p", "steps", "[1"],
+                                  ["jobscript", "scaling", "--system", "a100", "--nodes", "1", "-p", "steps", "[1"]])
+def test_a_value_that_is_not_yaml_names_its_parameter(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "parameter 'steps': cannot parse value '[1': ParserError" in _fail(argv, capsys)
 
 
 def test_base60_looking_values_stay_strings(capsys):

@@ -62,6 +62,8 @@ def test_base60_looking_values_are_strings():
     assert parse_value("12:30:00") == "12:30:00"
     assert parse_value("-3") == -3 and parse_value("1.5e+3") == 1500.0 and parse_value("0x10") == 16
     assert parse_value("{a: 1}") == {"a": 1}
+    with pytest.raises(ParameterError, match=r"^parameter 'batch_sizes': cannot parse value '\[4': ParserError$"):
+        studies.resolve("microbenchmark", "quick", batch_sizes="[4")  # a papermill string, YAML-parsed
     p = studies.resolve("sparsity", "smoke", sparsity_patterns="[2:4]")
     assert p.sparsity_patterns == ["2:4"]
 

@@ -51,7 +51,7 @@ def _output_folder(out: str) -> None:
 
     from accel_kit.paths import writable_dir
 
-    writable_dir(Path(out).absolute().parent, f"the folder of --out {out!r}")
+    writable_dir(Path(out).absolute().parent, f"--out {out!r}: its folder")
 
 
 def _summary(meta: dict[str, Any], out: str) -> str:
