@@ -15,7 +15,7 @@ def _parse_override(text: list[str]) -> tuple[str, object]:
     from accel_kit.params import parse_value
 
     name, value = text
-    return name, parse_value(value)
+    return name, parse_value(value, name)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -61,6 +61,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit import studies
     from accel_kit.atomic import atomic_path
     from accel_kit.devices import get_adapter
+    from accel_kit.paths import writable_file
     from accel_kit.systems import load_system
     from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, render_jobscript
 
@@ -87,9 +88,10 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                             tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
-    studies.resolve(args.study, args.profile, launcher=launcher,
-                    max_nodes=1 if launcher == "local" else args.nodes,
-                    **dict(_parse_override(p) for p in overrides))
+    # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
+    script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
+    studies.resolve(args.study, args.profile, **(script_params | dict(_parse_override(p) for p in overrides)))
+    writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)
@@ -102,8 +104,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from accel_kit import predict
 
     if args.probe_link:
-        from accel_kit.predict.links import probe_link
+        from accel_kit.paths import writable_file
+        from accel_kit.predict.links import link_cache_path, probe_link
 
+        # The probe keeps what it measured beside the records; that folder must take it before the probe runs.
+        writable_file(link_cache_path(args.system, (args.records or [None])[0]), "measured link")
         link = probe_link(args.system, ranks=args.probe_ranks, root=(args.records or [None])[0])
         print(f"link of {args.system}: {link.bandwidth_GBps:.3g} GB/s, {link.latency_us:.3g} us per step ({link.source})")
     overrides = dict(args.param or []) | ({"preset": args.preset} if args.preset else {})
@@ -121,17 +126,49 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors in the CLI's one-line form; the usage is one ``-h`` away."""
+def at_least(minimum: float, kind: type = int, *, above: bool = False):
+    """An argparse type: a ``kind`` (int or float) >= ``minimum`` (> with ``above``); anything else
+    is argparse's one-line usage error naming the flag (the benchmarks' scripts use it too)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if kind is float and value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if not (value > minimum if above else value >= minimum):  # also refuses a float NaN
+            raise argparse.ArgumentTypeError(f"must be {'more than' if above else 'at least'} {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+def script_main(main, prog: str) -> None:
+    """Run a script's ``main() -> int | None`` and exit with its status; an AccelKitError (a bad
+    value found past argparse: an unknown system, preset or precision) is one line,
+    ``<prog>: error: ...``, and status 2, as the CLI does."""
+    try:
+        status = main()
+    except AccelKitError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(status or 0)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with usage errors in the CLI's one-line form, ``<program>: error: ... (usage: <prog> -h)``,
+    and status 2; the usage is one ``-h`` away. The benchmarks' scripts parse their flags with it too."""
 
     def error(self, message: str):
-        self.exit(2, f"accel-kit: error: {message} (usage: {self.prog} -h)\n")
+        # A sub-command's prog is "accel-kit prepare text": the line starts with the program alone.
+        self.exit(2, f"{self.prog.split()[0]}: error: {message} (usage: {self.prog} -h)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from accel_kit import __version__
 
-    parser = _Parser(prog="accel-kit", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="accel-kit", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"accel-kit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -173,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--records", nargs="+", default=None,
                       help="output folders, .jsonl files or archives of them to fit on (default: outputs/)")
     pred.add_argument("--probe-link", action="store_true", help="measure the link with an all-reduce probe first")
-    pred.add_argument("--probe-ranks", type=int, default=2, help="processes in the probe (default: 2)")
+    pred.add_argument("--probe-ranks", type=at_least(2), default=2,
+                      help="processes in the probe (default: 2; an all-reduce needs at least 2)")
     pred.set_defaults(func=_cmd_predict)
 
     from accel_kit.report.cli import add_report_parser

@@ -8,6 +8,7 @@ one-line ParameterError naming the field.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
@@ -37,12 +38,26 @@ class StudyParams(BaseModel):
 P = TypeVar("P", bound=StudyParams)
 
 
-def parse_value(text: str) -> Any:
-    """Parse a command-line value as YAML, as papermill does (``'[4]'`` -> [4], ``true`` -> True)."""
+class _Loader(yaml.SafeLoader):
+    """YAML without YAML 1.1's base-60 numbers: ``2:4`` is the string '2:4' (as in YAML 1.2), not 124."""
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+# A scalar with a colon is never a number here: `-p sparsity_pattern 2:4` must reach the 2:4 pattern.
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, re.compile(r"(?!.*:)" + rx.pattern, rx.flags) if tag in _NUMBER_TAGS else rx)
+            for tag, rx in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def parse_value(text: str, name: str | None = None) -> Any:
+    """Parse a command-line value as YAML, as papermill does (``'[4]'`` -> [4], ``true`` -> True;
+    ``2:4`` stays '2:4', not YAML 1.1's base-60 124). ``name``: the parameter, for the error."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
-        raise ParameterError(f"cannot parse value {text!r}: {exc.__class__.__name__}") from None
+        where = f"parameter {name!r}: " if name else ""
+        raise ParameterError(f"{where}cannot parse value {text!r}: {exc.__class__.__name__}") from None
 
 
 def profiles(study: str) -> list[str]:
@@ -56,7 +71,7 @@ def load_profile(study: str, profile: str) -> dict[str, Any]:
     if not path.is_file():
         known = ", ".join(profiles(study)) or "none"
         raise ParameterError(f"unknown profile {profile!r} for study {study!r}; known: {known}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = yaml.load(path.read_text(), Loader=_Loader) or {}  # noqa: S506 (a SafeLoader)
     if not isinstance(data, dict) or any(isinstance(v, dict) for v in data.values()):
         raise ParameterError(f"{path}: a profile must be a flat mapping of parameter names to values")
     return data
@@ -80,20 +95,34 @@ def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
                              f"known: {', '.join(cls.model_fields)}")
     # papermill passes `-p batch_sizes '[4]'` as the string "[4]": YAML-parse strings given to
     # fields that are not plain strings, so papermill and the CLI accept the same spellings.
-    values = {k: parse_value(v) if isinstance(v, str) and cls.model_fields[k].annotation is not str else v
+    values = {k: parse_value(v, k) if isinstance(v, str) and cls.model_fields[k].annotation is not str else v
               for k, v in values.items()}
     try:
         return cls.model_validate(values)
     except ValidationError as exc:
-        raise ParameterError(_one_line(exc, values)) from None
+        raise ParameterError(one_line(exc, values, fields=cls.model_fields)) from None
 
 
-def _one_line(exc: ValidationError, values: dict[str, Any]) -> str:
+def one_line(exc: ValidationError, values: dict[str, Any], *, fields: Any = ()) -> str:
+    """A pydantic error as one line naming the parameter: ``parameter 'seq_len': ... (given 0)``.
+
+    An error of the whole model (a validator over two fields, e.g. hidden_size and n_heads) has
+    no field in its location: it names the ``fields`` its message mentions, or ``'?'``.
+    """
     err = exc.errors()[0]
     # A union's branch appears in the location as its type ("list[literal[...]]"): not a place the user wrote.
     loc = [part for part in err["loc"] if not (isinstance(part, str) and "[" in part)]
-    name = str(loc[0]) if loc else "?"
+    # A ValueError raised in a validator: its own words, without pydantic's "Value error, " in front.
+    msg = str(err["ctx"]["error"]) if err["type"] == "value_error" and "error" in err.get("ctx", {}) else err["msg"]
+    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    if not loc:
+        named = [f for f in fields if re.search(rf"(?<![\w.-]){re.escape(f)}(?![\w-])", msg)]
+        if not named:
+            return f"parameter '?': {msg}{more}"
+        given = ", ".join(f"{f}={values[f]!r}" for f in named if f in values)
+        return (f"parameters {' and '.join(map(repr, named))}: {msg}" + (f" (given {given})" if given else "")
+                + more)
+    name = str(loc[0])
     where = name + "".join(f"[{i}]" for i in loc[1:])
     given = values.get(name, err.get("input"))
-    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"parameter {where!r}: {err['msg']} (given {given!r}){more}"
+    return f"parameter {where!r}: {msg} (given {given!r}){more}"

@@ -11,7 +11,6 @@ memory under each setting and their ratio. About 2 minutes a round on 2 cores.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from accel_kit import studies  # noqa: E402
+from accel_kit.cli import OneLineParser, at_least, script_main  # noqa: E402
 from accel_kit.devices.cpu import MALLOC_OPT_OUT, MALLOC_TUNABLES  # noqa: E402
 
 STUDIES = ("gas", "seq_length")
@@ -29,19 +29,18 @@ SETTINGS = {"glibc default": "default", "adapter's": ""}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of both settings (default 2)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps per point (default: the quick profile's)")
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=at_least(1), default=2, help="rounds of both settings (default 2)")
+    ap.add_argument("--steps", type=at_least(1), default=None,
+                    help="timed steps per point (default: the quick profile's)")
     args = ap.parse_args()
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
     import torch
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch capability "
           f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
     print("adapter's settings: " + ":".join(f"{k}={v}" for k, v in MALLOC_TUNABLES.items()))
     out = Path(tempfile.mkdtemp(prefix="accel-kit-malloc-"))
-    extra = {"steps": args.steps} if args.steps else {}
+    extra = {"steps": args.steps} if args.steps is not None else {}
     step_s: dict[tuple, dict[str, list[float]]] = {}
     mem_gib: dict[tuple, dict[str, list[float]]] = {}
     before = os.environ.get(MALLOC_OPT_OUT)
@@ -93,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main(main, Path(__file__).name)

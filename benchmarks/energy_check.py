@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from accel_kit import results
+from accel_kit.cli import script_main
 
 
 def num(value, spec: str = ".3g") -> str:
@@ -54,9 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
+    if not Path(args[0]).is_dir():
+        print(f"{Path(__file__).name}: error: {args[0]!r} is not a folder (a results root: OUTPUT_DIR)",
+              file=sys.stderr)
+        return 2
     print("\n".join(lines(args[0])))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_main(main, Path(__file__).name)

@@ -11,19 +11,20 @@ Targets on a 2-core AMX CPU: bf16 ours/HF >= 1.3 and ours/peak >= 0.60; fp32 our
 """
 from __future__ import annotations
 
-import argparse
 import tempfile
+from pathlib import Path
 
 from accel_kit import studies
+from accel_kit.cli import OneLineParser, at_least, script_main
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--system", default="cpu")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=at_least(1), default=4)
+    ap.add_argument("--seq-len", type=at_least(1), default=1024)
+    ap.add_argument("--trials", type=at_least(1), default=5)
+    ap.add_argument("--warmup", type=at_least(0), default=2)
     ap.add_argument("--precisions", default="bf16,fp32")
     args = ap.parse_args()
 
@@ -49,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main, Path(__file__).name)  # an unknown system or precision: one line, status 2

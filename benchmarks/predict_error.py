@@ -15,7 +15,6 @@ to the next, which no prediction can beat from one run alone.
 """
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import tempfile
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import pandas as pd  # noqa: E402
 
 from accel_kit import studies  # noqa: E402
-from accel_kit.errors import AccelKitError  # noqa: E402
+from accel_kit.cli import OneLineParser, at_least, script_main  # noqa: E402
 from accel_kit.predict import error_summary, held_out, load_records  # noqa: E402
 
 STUDIES = ("seq_length", "gas", "scaling")
@@ -34,15 +33,15 @@ TARGETS = {"step_mean_abs_error": 0.10, "step_max_abs_error": 0.25, "mem_mean_ab
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", nargs="+", default=None,
                     help="output folders with records (or --run to make them)")
     ap.add_argument("--run", action="store_true", help="run the quick profiles first, into --out or a temp folder")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of each study for --run (default 3), "
+    ap.add_argument("--repeats", type=at_least(1), default=3, help="runs of each study for --run (default 3), "
                     "one after the other, each into <out>/run-K")
     ap.add_argument("--out", default=None, help="where --run writes (default: a temporary folder)")
     ap.add_argument("--system", default="cpu")
-    ap.add_argument("--steps", type=int, default=None,
+    ap.add_argument("--steps", type=at_least(1), default=None,
                     help="timed steps per point for --run (default: the quick profile's 3-4); more steps, less noise")
     args = ap.parse_args()
     if not args.run and not args.records:
@@ -50,19 +49,21 @@ def main() -> int:
     from accel_kit.systems import load_system
 
     load_system(args.system)  # an unknown system: a one-line error before anything runs
+    if args.run and args.out:
+        from accel_kit.paths import writable_dir
+
+        writable_dir(args.out, "--out")  # before the first run, not after it
     import torch
 
     print(f"CPU: {platform.processor() or platform.machine()}, torch capability "
           f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
     folders = args.records or []
     if args.run:
-        if args.repeats < 1:
-            ap.error("--repeats must be at least 1")
         out = Path(args.out or tempfile.mkdtemp(prefix="accel-kit-predict-"))
         # One folder per run: a sweep resumes the points its folder already holds, so a second run
         # into the same folder would measure nothing.
         folders = [str(out / f"run-{k + 1}") for k in range(args.repeats)]
-        extra = {"steps": args.steps} if args.steps else {}
+        extra = {"steps": args.steps} if args.steps is not None else {}
         for folder in folders:
             for study in STUDIES:
                 run = studies.run_study(study, system=args.system, profile="quick", output_dir=folder,
@@ -99,7 +100,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except AccelKitError as exc:  # an unknown system, a missing records folder: one line, not a traceback
-        sys.exit(f"{Path(__file__).name}: error: {exc}")
+    # an unknown system, a missing records folder: one line and status 2, not a traceback
+    script_main(main, Path(__file__).name)

@@ -15,7 +15,6 @@ best run counts (other processes on a shared machine only ever slow a run down).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from accel_kit.cli import OneLineParser, at_least, script_main  # noqa: E402
 from accel_kit.data import prepare_text  # noqa: E402
 from accel_kit.data.corpus import default_text_documents  # noqa: E402
 from accel_kit.tokenizers import load_tokenizer  # noqa: E402
@@ -73,10 +73,11 @@ def baseline(corpus: Path, out: Path, tokenizer) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=float, default=4.0, help="corpus size in MB (default 4)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per side (default 3)")
-    parser.add_argument("--workers", type=int, default=None, help="prepare_text num_workers (default: all cores)")
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=at_least(0, float, above=True), default=4.0, help="corpus size in MB (default 4)")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="runs per side (default 3)")
+    parser.add_argument("--workers", type=at_least(1), default=None,
+                        help="prepare_text num_workers (default: all cores)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="accel-kit-bench-") as tmp:
@@ -119,4 +120,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script_main(main, Path(__file__).name)

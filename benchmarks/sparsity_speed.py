@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.devices import ADAPTERS, get_adapter
+from accel_kit.errors import UnavailableError
 from accel_kit.sparsity import CSRKernel, KernelLinear, magnitude_mask
 from accel_kit.timing import measure
 
@@ -67,18 +70,42 @@ def _bench(shape, sparsity, dtype, tokens, adapter, trials) -> dict:
     return row
 
 
+def _sparsities(text: str) -> list[float]:
+    """Comma-separated fractions in [0, 1), for argparse."""
+    try:
+        values = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers in [0, 1), got {text!r}") from None
+    bad = [v for v in values if not 0 <= v < 1]  # NaN included
+    if bad:
+        raise argparse.ArgumentTypeError(f"each sparsity must be in [0, 1), got {bad[0]}")
+    return values
+
+
+def _dtypes(text: str) -> list[str]:
+    """Comma-separated names of ``DTYPES``, for argparse."""
+    names = text.split(",")
+    bad = [n for n in names if n not in DTYPES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown dtype {bad[0]!r}; known: {', '.join(DTYPES)}")
+    return names
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sparsities", default="0.6,0.8,0.9,0.95,0.99")
-    ap.add_argument("--tokens", type=int, default=4096, help="rows of X (micro-batch x sequence)")
-    ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--trials", type=int, default=3)
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sparsities", type=_sparsities, default="0.6,0.8,0.9,0.95,0.99")
+    ap.add_argument("--tokens", type=at_least(1), default=4096, help="rows of X (micro-batch x sequence)")
+    ap.add_argument("--dtypes", type=_dtypes, default="fp32,bf16")
+    ap.add_argument("--trials", type=at_least(1), default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=sorted(ADAPTERS),
                     help="device adapter (accel_kit.devices)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
     adapter = get_adapter(args.device)
-    sparsities = [float(s) for s in args.sparsities.split(",")]
+    status = adapter.availability()
+    if not status:  # before any tensor is made on a device that is not here
+        raise UnavailableError(f"device adapter {args.device!r} is not available here: {status.reason}")
+    sparsities = args.sparsities
     print(f"torch {torch.__version__}, {adapter.name}, {torch.get_num_threads()} threads, X ({args.tokens}, in); "
           f"best of {args.trials} (ms)")
     print(f"{'layer':24s} {'dtype':5s} {'sparsity':>8s} {'dense fwd':>10s} {'csr fwd':>10s} {'fwd x':>6s} "
@@ -86,7 +113,7 @@ def main() -> None:
     crossover: dict[tuple[str, str], dict[str, float | None]] = {}
     fastest_dense: dict[str, float] = {}
     for name, shape in SHAPES.items():
-        for dname in args.dtypes.split(","):
+        for dname in args.dtypes:
             key = (name, dname)
             crossover[key] = {"fwd": None, "fwd+bwd": None}
             for s in sparsities:
@@ -117,4 +144,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main, Path(__file__).name)

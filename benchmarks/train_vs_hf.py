@@ -26,12 +26,14 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.data import SyntheticBatches
-from accel_kit.devices import dtype_of, get_adapter
-from accel_kit.models import build_model
+from accel_kit.devices import PRECISIONS, dtype_of, get_adapter
+from accel_kit.models import PRESETS, build_model
 from accel_kit.models.hf import to_hf
 from accel_kit.engine import OptimConfig, Trainer
 from accel_kit.engine.step import cast_for_precision, optim_for_point
@@ -135,10 +137,24 @@ def compare_hf(args: argparse.Namespace) -> None:
     print(f"  ours / HF                     {ours_tps / hf_tps:9.2f}x  (target >= 1.2)")
 
 
+def runner_point(args: argparse.Namespace) -> TrainPoint:
+    """Part 2's point; its fields checked as the studies check theirs (one line naming the field)."""
+    from pydantic import ValidationError
+
+    from accel_kit.errors import ParameterError
+    from accel_kit.params import one_line
+
+    values = dict(system="cpu", preset=args.preset, precision=args.precision, micro_batch_size=args.batch,
+                  seq_len=args.seq_len, steps=args.steps * args.rounds, warmup_steps=2)
+    try:
+        return TrainPoint(**values)
+    except ValidationError as exc:
+        raise ParameterError(one_line(exc, values, fields=TrainPoint.model_fields)) from None
+
+
 def compare_runner(args: argparse.Namespace) -> None:
     """Part 2: the sweep runner's worker against a bare loop, each in fresh processes, alternating."""
-    point = TrainPoint(system="cpu", preset=args.preset, precision=args.precision, micro_batch_size=args.batch,
-                       seq_len=args.seq_len, steps=args.steps * args.rounds, warmup_steps=2)
+    point = runner_point(args)
     bare, runner = [], []
     print(f"sweep runner against a bare loop: {args.pairs} pairs of fresh processes, "
           f"median of {point.steps} steps each (after {point.warmup_steps} warm-up)")
@@ -153,21 +169,25 @@ def compare_runner(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="gpt2-small")
-    ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--precision", default="bf16")
-    ap.add_argument("--steps", type=int, default=4, help="timed steps per round (part 2: steps x rounds per run)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="gpt2-small", choices=PRESETS, metavar="PRESET",
+                    help="model preset (accel_kit.models.PRESETS; default gpt2-small)")
+    ap.add_argument("--seq-len", type=at_least(1), default=256)
+    ap.add_argument("--batch", type=at_least(1), default=4)
+    ap.add_argument("--precision", default="bf16", choices=PRECISIONS)
+    ap.add_argument("--steps", type=at_least(1), default=4,
+                    help="timed steps per round (part 2: steps x rounds per run)")
+    ap.add_argument("--rounds", type=at_least(1), default=3)
     ap.add_argument("--part", choices=["both", "hf", "runner"], default="both")
-    ap.add_argument("--pairs", type=int, default=4, help="part 2: bare / runner process pairs")
-    ap.add_argument("--timeout-s", type=float, default=1800, help="part 2: limit per process")
+    ap.add_argument("--pairs", type=at_least(1), default=4, help="part 2: bare / runner process pairs")
+    ap.add_argument("--timeout-s", type=at_least(0, float, above=True), default=1800,
+                    help="part 2: limit per process")
     ap.add_argument("--bare-child", metavar="POINT_JSON", help=argparse.SUPPRESS)  # part 2's bare side
     args = ap.parse_args()
     if args.bare_child:
         bare_child(args.bare_child)
         return
+    runner_point(args)  # a bad value of part 2 fails now, not after part 1 has run
     print(f"{args.preset}, seq {args.seq_len}, batch {args.batch}, {args.precision}, CPU "
           f"{torch.backends.cpu.get_cpu_capability()} ({torch.get_num_threads()} threads)")
     if args.part in ("both", "hf"):
@@ -178,4 +198,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    script_main(main, Path(__file__).name)

@@ -1,6 +1,8 @@
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,163 @@ def test_usage_errors_are_one_line(capsys):
     assert "the following arguments are required: --system" in _fail(["jobscript", "scaling", "--nodes", "1"], capsys)
     assert "argument --val-fraction: must be in [0, 1)" in _fail(
         ["prepare", "text", "--out", "x", "--val-fraction", "2"], capsys)
+
+
+# ------------------------------------------------------------------- output folders that cannot be written
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _blocked(tmp_path):
+    """A folder below a plain file: it cannot be created by anyone, root included."""
+    (tmp_path / "a-file").write_text("")
+    return tmp_path / "a-file" / "results"
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("ran although its output folder cannot be written")
+
+
+def test_unwritable_output_dir_from_the_environment_stops_before_running(capsys, monkeypatch, tmp_path):
+    from accel_kit.studies import gas
+
+    monkeypatch.setattr(gas, "run", _never)
+    monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
+    err = _fail(["run", "gas", "--system", "cpu", "--profile", "smoke", "-q"], capsys)
+    assert f"output folder ($ACCEL_KIT_OUTPUT_DIR={_blocked(tmp_path)})" in err
+    assert f"'{tmp_path / 'a-file'}' is a file, not a folder" in err
+
+
+def test_unwritable_output_dir_option_stops_before_running(capsys, monkeypatch, tmp_path):
+    from accel_kit.studies import microbenchmark
+
+    monkeypatch.setattr(microbenchmark, "run", _never)
+    err = _fail(["run", "microbenchmark", *TINY, "--output-dir", str(_blocked(tmp_path))], capsys)
+    assert f"output folder (--output-dir / output_dir) '{_blocked(tmp_path) / 'microbenchmark'}' cannot be written" in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_output_dir_in_proc_is_one_line_and_exit_2(tmp_path):
+    """The reported case, as a user runs it: a folder /proc does not let anyone make."""
+    env = dict(os.environ, ACCEL_KIT_OUTPUT_DIR="/proc/nope")
+    proc = subprocess.run([sys.executable, "-m", "accel_kit.cli", "run", "gas", "--system", "cpu", "--profile", "smoke"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("accel-kit: error: output folder ($ACCEL_KIT_OUTPUT_DIR=/proc/nope) '/proc/nope/gas' "
+                           "cannot be written: No such file or directory: '/proc/nope'\n")
+
+
+def test_papermill_unwritable_output_dir_ends_with_the_one_line(tmp_path):
+    """The notebook's failed cell shows the CLI's line, not a traceback (papermill's own status is 1)."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(ROOT / "notebooks" / "gas.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"profile": "smoke", "output_dir": str(_blocked(tmp_path))},
+                                   progress_bar=False, kernel_name="python3")
+    line = f"accel-kit: error: output folder (--output-dir / output_dir) '{_blocked(tmp_path) / 'gas'}' cannot be written"
+    assert info.value.traceback[0].startswith(line) and len(info.value.traceback) == 1
+
+
+def test_jobscript_unwritable_out(capsys, tmp_path):
+    err = _fail([*JOB, "--nodes", "1", "--out", str(_blocked(tmp_path) / "job.sh")], capsys)
+    assert f"the folder of the job script '{_blocked(tmp_path)}' cannot be written" in err
+    assert f"job script '{tmp_path}' is a folder" in _fail([*JOB, "--nodes", "1", "--out", str(tmp_path)], capsys)
+
+
+def test_jobscript_launcher_given_as_a_parameter(capsys, tmp_path):
+    # The job runs `-p launcher srun` after the script's own `-p launcher ...`: the later one wins, checked here alike.
+    out = tmp_path / "job.sh"
+    assert cli.main([*JOB, "--nodes", "1", "--scheduler", "slurm", "--out", str(out), "-p", "launcher", "srun"]) == 0
+    assert "-p launcher srun" in out.read_text()
+    out.unlink()
+    assert "parameter 'launcher'" in _fail([*JOB, "--nodes", "1", "--out", str(out), "-p", "launcher", "ssh"], capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_unwritable_out(capsys, monkeypatch, tmp_path):
+    from accel_kit import report
+
+    monkeypatch.setattr(report, "collect", _never)
+    err = _fail(["report", str(tmp_path), "--out", str(_blocked(tmp_path) / "r.html")], capsys)
+    assert f"the folder of the report page (--out) '{_blocked(tmp_path)}' cannot be written" in err
+    assert "report page (--out)" in _fail(["report", str(tmp_path), "--out", str(tmp_path)], capsys)
+    # without --out or sources, the page goes to the results folder, which is checked as well
+    monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
+    assert f"'{_blocked(tmp_path)}' cannot be written" in _fail(["report"], capsys)
+
+
+@pytest.mark.parametrize("argv", [
+    ["prepare", "text", "--out", "{blocked}/text"],
+    ["prepare", "fasta", "{tmp}", "--out", "{blocked}/fasta"],
+    ["prepare", "synthetic-genome", "--out", "{blocked}/g.fasta"],
+])
+def test_prepare_unwritable_destination(argv, capsys, tmp_path):
+    blocked = _blocked(tmp_path)
+    err = _fail([a.format(blocked=blocked, tmp=tmp_path) for a in argv], capsys)
+    assert f"'{blocked}' cannot be written: '{tmp_path / 'a-file'}' is a file, not a folder" in err
+    if argv[1] != "synthetic-genome":
+        assert err.startswith(f"accel-kit: error: --out '{argv[-1].format(blocked=blocked)}': its folder '{blocked}'")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prepare", "synthetic-genome", "--out", "g.fasta", "--seed", "-1"],
+     "argument --seed: must be a non-negative integer, got -1"),
+    (["prepare", "text", "--out", "x", "--val-fraction", "abc"], "argument --val-fraction: must be a number, got 'abc'"),
+    (["prepare", "text", "--out", "x", "--workers", "many"], "argument --workers: must be an integer, got 'many'"),
+    (["predict", "--system", "cpu", "--probe-link", "--probe-ranks", "1"], "argument --probe-ranks: must be at least 2"),
+    (["predict", "--system", "cpu", "--probe-link", "--probe-ranks", "two"], "argument --probe-ranks: must be an integer"),
+])
+def test_bad_flag_values_are_usage_errors(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert message in _fail(argv, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_probe_link_unwritable_cache_stops_before_the_probe(capsys, monkeypatch, tmp_path):
+    from accel_kit.predict import links
+
+    monkeypatch.setattr(links, "probe_link", _never)
+    monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
+    err = _fail(["predict", "--system", "cpu", "--probe-link"], capsys)
+    assert f"the folder of the measured link '{_blocked(tmp_path) / 'what_if'}' cannot be written" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "gas", "-p", "steps", "[1"],
+                                  ["jobscript", "scaling", "--system", "a100", "--nodes", "1", "-p", "steps", "[1"]])
+def test_a_value_that_is_not_yaml_names_its_parameter(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "parameter 'steps': cannot parse value '[1': ParserError" in _fail(argv, capsys)
+
+
+def test_base60_looking_values_stay_strings(capsys):
+    # YAML 1.1 reads 2:4 as 124; the 2:4 pattern must arrive as itself and meet the pair check that names both fields.
+    err = _fail(["run", "gas", "--profile", "smoke", "-p", "sparsity_pattern", "2:4", "-p", "sparsity", "0.3"], capsys)
+    assert "parameters 'sparsity' and 'sparsity_pattern': sparsity_pattern '2:4' keeps 2 of every 4" in err
+    assert "(given sparsity=0.3, sparsity_pattern='2:4')" in err
+
+
+# ----------------------------------------------------------------------------------- benchmarks' scripts
+
+@pytest.mark.parametrize("script, args, message", [
+    ("cpu_allocator.py", ["--steps", "0"], "argument --steps: must be at least 1, got 0"),
+    ("energy_check.py", ["{tmp}/none"], "is not a folder"),
+    ("microbenchmark_vs_hf.py", ["--system", "tpu"], "unknown system 'tpu'"),
+    ("predict_error.py", ["--run", "--out", "{tmp}/a-file/x"], "--out '{tmp}/a-file/x' cannot be written"),
+    ("prepare_throughput.py", ["--repeats", "0"], "argument --repeats: must be at least 1, got 0"),
+    ("sparsity_speed.py", ["--sparsities", "0.5,1.5"], "argument --sparsities: each sparsity must be in [0, 1)"),
+    ("train_vs_hf.py", ["--precision", "fp7"], "argument --precision: invalid choice: 'fp7'"),
+])
+def test_benchmark_scripts_refuse_bad_values_in_one_line(script, args, message, capsys, monkeypatch, tmp_path):
+    """Run in this process as `python benchmarks/<script>` would (runpy), for the exit status and stderr."""
+    import runpy
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(sys, "argv", [script, *(a.format(tmp=tmp_path) for a in args)])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the scripts put the checkout first
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert err.startswith(f"{script}: error: ") and err.count("\n") == 1, err
+    assert message.format(tmp=tmp_path) in err

@@ -14,18 +14,44 @@ import argparse
 from typing import Any
 
 
+def _number(text: str, kind: type) -> float | int:
+    # argparse would name the type function in its message ("invalid _fraction value"); say what is wanted.
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
+                                         f"got {text!r}") from None
+
+
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = _number(text, float)
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _number(text, int)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return value
+
+
+def _output_folder(out: str) -> None:
+    """Fail in one line, before any input is read, when ``--out`` cannot be written: the prepared
+    folder is built beside it and renamed onto it, so its parent folder must take files."""
+    from pathlib import Path
+
+    from accel_kit.paths import writable_dir
+
+    writable_dir(Path(out).absolute().parent, f"--out {out!r}: its folder")
 
 
 def _summary(meta: dict[str, Any], out: str) -> str:
@@ -40,6 +66,7 @@ def _summary(meta: dict[str, Any], out: str) -> str:
 def _cmd_text(args: argparse.Namespace) -> int:
     from accel_kit.data import prepare_default_text, prepare_text
 
+    _output_folder(args.out)
     options = dict(tokenizer=args.tokenizer, val_fraction=args.val_fraction,
                    num_workers=args.workers, progress=not args.quiet)
     if args.inputs:
@@ -53,6 +80,7 @@ def _cmd_text(args: argparse.Namespace) -> int:
 def _cmd_fasta(args: argparse.Namespace) -> int:
     from accel_kit.data import prepare_fasta
 
+    _output_folder(args.out)
     meta = prepare_fasta(args.inputs, args.out, tokenizer=args.tokenizer, block_size=args.block_size,
                          val_fraction=args.val_fraction, progress=not args.quiet)
     line = _summary(meta, args.out)
@@ -64,7 +92,9 @@ def _cmd_fasta(args: argparse.Namespace) -> int:
 
 def _cmd_synthetic_genome(args: argparse.Namespace) -> int:
     from accel_kit.data import synthetic_genomes
+    from accel_kit.paths import writable_file
 
+    writable_file(args.out, "output FASTA (--out)")
     path = synthetic_genomes(args.out, n_records=args.records, seed=args.seed, length_nt=args.length_nt)
     print(f"wrote {path}: {args.records} synthetic genomes of {args.length_nt:,} nt (seed {args.seed})")
     return 0
@@ -112,7 +142,7 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     genome = sub.add_parser("synthetic-genome", help="write a FASTA of synthetic SARS-CoV-2-like genomes")
     genome.add_argument("--out", required=True, metavar="FILE", help="output FASTA (.fasta, or .fasta.gz)")
     genome.add_argument("--records", type=_positive_int, default=100, metavar="N", help="genomes (default: 100)")
-    genome.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
+    genome.add_argument("--seed", type=_non_negative_int, default=0, metavar="S", help="random seed (default: 0)")
     genome.add_argument("--length-nt", type=int, default=29_903, metavar="L",
                         help="nucleotides per genome (default: 29903, like SARS-CoV-2)")
     genome.set_defaults(func=_cmd_synthetic_genome)

@@ -5,9 +5,13 @@ import argparse
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from accel_kit.paths import output_dir, writable_file
     from accel_kit.report import build_report
 
-    report = build_report(args.sources or None, out=args.out, systems=args.system, by_run=args.by_run,
+    # build_report's default page, made explicit here so that its folder is checked before any record is read.
+    out = args.out or (output_dir() / "report.html" if not args.sources else "report.html")
+    writable_file(out, "report page (--out)")
+    report = build_report(args.sources or None, out=out, systems=args.system, by_run=args.by_run,
                           formats=args.format or ())
     print(report.summary())
     return 0

@@ -18,6 +18,7 @@ from accel_kit import params as _params
 from accel_kit import results
 from accel_kit.errors import ParameterError
 from accel_kit.paths import output_dir as _output_dir
+from accel_kit.paths import output_dir_origin, writable_dir
 from accel_kit.systems import load_system
 
 # Study name -> module. Adding a study is its module, its params/<study>/ profiles and one line here.
@@ -109,11 +110,17 @@ def resolve(study: str, profile: str | None = "quick", **overrides: Any):
 
 def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
               output_dir: str | Path | None = None, progress: bool = True, **overrides: Any) -> StudyRun:
-    """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl."""
+    """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl.
+
+    Bad input (a parameter, the system, an output folder that cannot be written) raises an
+    AccelKitError before any point runs.
+    """
     module = study_module(study)
     params = _params.resolve(module.Params, study, profile, overrides)
     sys_desc = load_system(system)
-    study_dir = _output_dir(output_dir) / study
+    # Before any point runs: an output folder that cannot take the records is one line now, not a
+    # traceback after the sweep (the notebook's failed cell shows the same line).
+    study_dir = writable_dir(_output_dir(output_dir) / study, f"output folder ({output_dir_origin(output_dir)})")
     run_id = results.new_run_id()
     records = module.run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
                          profile=profile, progress=progress)
