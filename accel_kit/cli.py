@@ -11,13 +11,6 @@ import sys
 from accel_kit.errors import AccelKitError
 
 
-def _parse_override(text: list[str]) -> tuple[str, object]:
-    from accel_kit.params import parse_value
-
-    name, value = text
-    return name, parse_value(value, name)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from accel_kit import studies
 
@@ -90,7 +83,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
     # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
     script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
-    studies.resolve(args.study, args.profile, **(script_params | dict(_parse_override(p) for p in overrides)))
+    studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
@@ -226,11 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "param", None) and args.command in ("run", "predict"):
-        try:
-            args.param = [_parse_override(p) for p in args.param]
-        except AccelKitError as exc:
-            parser.exit(2, f"accel-kit: error: {exc}\n")
+    # -p values stay text here: the parameters' validation (accel_kit.params.validate) parses each once,
+    # as YAML, for the fields that are not plain strings, exactly as it does papermill's.
     try:
         return args.func(args)
     except AccelKitError as exc:

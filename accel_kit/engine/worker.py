@@ -57,11 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     from accel_kit.engine.launch import distributed_env
     from accel_kit.engine.point import load_point
 
-    ap = argparse.ArgumentParser(description="run one accel-kit point")
+    from accel_kit.errors import AccelKitError
+    from accel_kit.paths import writable_file
+
+    ap = argparse.ArgumentParser(prog="accel_kit.engine.worker", description="run one accel-kit point")
     ap.add_argument("--point", required=True, type=Path, help="the point's JSON (its fields, with its kind)")
     ap.add_argument("--out", required=True, type=Path)
-    args = ap.parse_args(argv)
-    point = load_point(json.loads(args.point.read_text()))
+    args = ap.parse_args(argv)  # a usage error: argparse's one line and status 2
+    try:  # a point file missing, not JSON or not a point, or an unwritable result: one line, status 2
+        point = load_point(json.loads(args.point.read_text()))
+        writable_file(args.out, "result file")
+    except (OSError, ValueError, KeyError, AccelKitError) as exc:  # (pydantic's ValidationError is a ValueError)
+        print(f"accel_kit.engine.worker: error: --point {args.point}: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
 
     rank, world, local_rank = distributed_env()
     # torch reads these names; mpiexec/srun set their own, mapped here.

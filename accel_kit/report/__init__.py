@@ -86,6 +86,9 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
         sources = [output_dir()]
         out = out or Path(sources[0]) / "report.html"
     out = Path(out or "report.html")
+    from accel_kit.paths import writable_file
+
+    writable_file(out, "report page")  # now, in one line, not after every record was read
     if isinstance(systems, str):
         systems = [systems]
     records = collect(sources, systems=systems, by_run=by_run)

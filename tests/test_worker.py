@@ -1,0 +1,28 @@
+"""The worker's own entry (python -m accel_kit.engine.worker): bad input is one line and status 2."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accel_kit.engine import worker
+
+
+@pytest.mark.parametrize("content, says", [(None, "No such file"), ("{not json", "Expecting"),
+                                           ('{"kind": "train"}', "validation error")])
+def test_a_bad_point_file_is_one_line_and_status_2(tmp_path, capsys, content, says):
+    point = tmp_path / "point.json"
+    if content is not None:
+        point.write_text(content)
+    assert worker.main(["--point", str(point), "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("accel_kit.engine.worker: error: --point") and says in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_unwritable_result_is_one_line_and_status_2(tmp_path, capsys):
+    point = tmp_path / "point.json"
+    point.write_text(json.dumps({"kind": "peak", "system": "cpu", "precision": "fp32"}))
+    assert worker.main(["--point", str(point), "--out", "/proc/nope/r.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "/proc/nope" in err
