@@ -157,3 +157,18 @@ def test_cs2_jobscript_is_a_user_node_script(tmp_path, capsys):
                   "--out", str(tmp_path / "pbs.sh")])
     assert "runs job scripts with --scheduler appliance, not 'pbs'" in capsys.readouterr().err
     assert not (tmp_path / "pbs.sh").exists()
+
+
+def test_the_appliance_script_is_the_adapters_own():
+    from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE
+    from accel_kit.engine.launch import render_jobscript
+
+    launch = get_adapter("cerebras", load_system("cs2").options).job_launch("appliance")
+    assert launch.template == APPLIANCE_TEMPLATE
+    fields = dict(study="scaling", system="cs2", nodes=2, devices_per_node=1, profile="full", walltime="00:30:00",
+                  path="job.sh")
+    assert "ACCEL_KIT_CEREBRAS_JOB_TIME_SEC=1800" in render_jobscript("appliance", template=launch.template, **fields)
+    # the engine holds no appliance script of its own: without the adapter's, a one-line error
+    with pytest.raises(ParameterError, match="adapter's own script") as info:
+        render_jobscript("appliance", **fields)
+    assert "\n" not in str(info.value)

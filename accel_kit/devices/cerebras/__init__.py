@@ -19,6 +19,7 @@ The modules, one concern each (those marked * import cerebras-pytorch):
   environment variable ``ACCEL_KIT_CEREBRAS_<NAME>`` (a cluster's address and paths belong to
   the site, not to the committed file);
 - ``adapter``: ``CerebrasAdapter``, the device, what it cannot run and why;
+- ``jobscript``: the cluster's job script;
 - ``model`` *: the programming model the worker calls (``prepare_model``, ``make_sparsity``,
   ``make_trainer``, ``make_block_step``);
 - ``backend`` *: the process's cstorch backend and its mixed precision;
