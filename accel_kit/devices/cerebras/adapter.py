@@ -29,6 +29,8 @@ def required_torch(package: str = PACKAGE) -> str | None:
 
 
 class CerebrasAdapter(BaseAdapter):
+    """A Cerebras system through cstorch: its backend (``options.backend``) says CPU (the host) or CSX (a cluster)."""
+
     name = "cerebras"
 
     def __init__(self) -> None:
