@@ -77,7 +77,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
-                            directives=launch.directives,
+                            directives=launch.directives, template=getattr(launch, "template", None),
                             tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--system", required=True)
     job.add_argument("--nodes", type=int, required=True, help="nodes to request (at least 1)")
     job.add_argument("--scheduler", choices=["pbs", "slurm", "appliance"], default=None,
-                     help="pbs, slurm, or appliance (a Cerebras cluster); default: the system's first")
+                     help="pbs, slurm, or appliance (a cluster without batch scheduler, whose script "
+                          "the system's adapter writes); default: the system's first")
     job.add_argument("--profile", default="full")
     job.add_argument("--walltime", default="01:00:00", help="HH:MM:SS (default: 01:00:00)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")

@@ -68,15 +68,54 @@ def test_bad_options_are_one_line_errors(options, match):
 def test_what_the_programming_model_cannot_run_and_why():
     cpu = get_adapter("cerebras", {"backend": "CPU"})
     csx = get_adapter("cerebras", {"backend": "CSX", "num_csx": 2})
-    assert cpu.unsupported_reason(_point()) is None and csx.unsupported_reason(_point(system="cs2")) is None
-    assert "num_csx" in cpu.unsupported_reason(_point(devices=2))  # scaling needs a cluster
-    assert csx.unsupported_reason(_point(system="cs2", devices=2)) is None
-    assert "lends 2" in csx.unsupported_reason(_point(system="cs2", devices=4))
-    assert "cstorch.sparse" in cpu.unsupported_reason(_point(sparsity=0.5, sparsity_pattern="2:4"))
-    assert cpu.unsupported_reason(_point(sparsity=0.9, dense_finetune_steps=4)) is None
-    assert "second run" in csx.unsupported_reason(_point(system="cs2", sparsity=0.9, dense_finetune_steps=4))
-    assert "cstorch.compile" in cpu.unsupported_reason(_point(torch_compile=True))
-    assert "eager" in cpu.unsupported_reason(_point(engine="deepspeed"))
+    assert cpu.unsupported_train(_point()) is None and csx.unsupported_train(_point(system="cs2")) is None
+    assert "num_csx" in cpu.unsupported_train(_point(devices=2))  # scaling needs a cluster
+    assert csx.unsupported_train(_point(system="cs2", devices=2)) is None
+    assert "lends 2" in csx.unsupported_train(_point(system="cs2", devices=4))
+    assert "cstorch.sparse" in cpu.unsupported_train(_point(sparsity=0.5, sparsity_pattern="2:4"))
+    assert cpu.unsupported_train(_point(sparsity=0.9, dense_finetune_steps=4)) is None
+    assert "second run" in csx.unsupported_train(_point(system="cs2", sparsity=0.9, dense_finetune_steps=4))
+    assert "cstorch.compile" in cpu.unsupported_train(_point(torch_compile=True))
+    assert "eager" in cpu.unsupported_train(_point(engine="deepspeed"))
+
+
+def test_matmul_peak_runs_on_the_host_backend_only():
+    from accel_kit.engine.point import load_point
+
+    point = load_point({"kind": "peak", "system": "cerebras-cpu", "precision": "fp32", "shapes": [(256, 256, 256)]})
+    assert get_adapter("cerebras", {"backend": "CPU"}).unsupported_peak(point) is None
+    assert "compiled step" in get_adapter("cerebras", {"backend": "CSX"}).unsupported_peak(point)
+
+
+def test_block_points_it_cannot_run():
+    from accel_kit.studies.microbenchmark import BlockPoint
+
+    block = dict(system="cerebras-cpu", impl="native", hidden_size=64, n_heads=4, mlp_ratio=4, seq_len=32,
+                 batch_size=2, direction="forward", warmup=1, trials=1, tf32=False, torch_compile=False,
+                 noisy_cv=0.05, seed=0)
+    cpu, csx = get_adapter("cerebras", {"backend": "CPU"}), get_adapter("cerebras", {"backend": "CSX"})
+    assert cpu.unsupported_block(BlockPoint(**block, precision="bf16")) is None
+    assert "does not run on the cstorch CPU backend" in cpu.unsupported_block(BlockPoint(**block, precision="fp16"))
+    assert csx.unsupported_block(BlockPoint(**block, precision="fp16")) is None
+    assert "cstorch.compile" in cpu.unsupported_block(BlockPoint(**(block | {"torch_compile": True}),
+                                                                 precision="fp32"))
+
+
+def test_the_cs2_sparse_execution_is_a_kind_the_device_declares():
+    from accel_kit.sparsity.execution import EXECUTION_KINDS, SparseExecution, declare_kind, known_kinds
+
+    assert "csx" not in EXECUTION_KINDS  # sparsity/ names no device
+    # declared by the Cerebras adapter's cstorch sparsity (imported with cerebras-pytorch); the same
+    # declaration again is a no-op, another meaning of the name an error
+    assert declare_kind("csx", "zeros skipped by the CS-2", kernel=True) == "csx" and "csx" in known_kinds()
+    with pytest.raises(ValueError, match="declared already"):
+        declare_kind("csx", "something else", kernel=True)
+    with pytest.raises(ValueError, match="built in"):
+        declare_kind("csr", "CSR", kernel=True)
+    execution = SparseExecution("csx", "every pruned layer", kernel="CS-2 sparse weight streaming")
+    assert execution.label == "zeros skipped by the CS-2" and execution.describe().startswith("CS-2 sparse")
+    with pytest.raises(ValueError, match="kernel name"):
+        SparseExecution("csx", "every pruned layer")
 
 
 def test_one_client_drives_every_cs2_of_a_point():
@@ -118,3 +157,18 @@ def test_cs2_jobscript_is_a_user_node_script(tmp_path, capsys):
                   "--out", str(tmp_path / "pbs.sh")])
     assert "runs job scripts with --scheduler appliance, not 'pbs'" in capsys.readouterr().err
     assert not (tmp_path / "pbs.sh").exists()
+
+
+def test_the_appliance_script_is_the_adapters_own():
+    from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE
+    from accel_kit.engine.launch import render_jobscript
+
+    launch = get_adapter("cerebras", load_system("cs2").options).job_launch("appliance")
+    assert launch.template == APPLIANCE_TEMPLATE
+    fields = dict(study="scaling", system="cs2", nodes=2, devices_per_node=1, profile="full", walltime="00:30:00",
+                  path="job.sh")
+    assert "ACCEL_KIT_CEREBRAS_JOB_TIME_SEC=1800" in render_jobscript("appliance", template=launch.template, **fields)
+    # the engine holds no appliance script of its own: without the adapter's, a one-line error
+    with pytest.raises(ParameterError, match="adapter's own script") as info:
+        render_jobscript("appliance", **fields)
+    assert "\n" not in str(info.value)

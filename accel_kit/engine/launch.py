@@ -122,32 +122,9 @@ accel-kit run {study} --system {system} --profile {profile} -p launcher {launche
 """
 
 
-APPLIANCE_TEMPLATE = """#!/bin/bash
-# accel-kit {study} on up to {nodes} CS-2 system(s) of {system}, a Cerebras Wafer-Scale Cluster run as an
-# appliance (cerebras-pytorch 2.x): no batch scheduler. Run this script on the cluster's user node, e.g.
-#   nohup bash {path} > {path}.log 2>&1 &
-# Each point is one client process there; the cluster's management server queues its compile and train
-# jobs and lends it the point's number of CS-2 systems (num_csx). Written for the documented cstorch launch,
-# not run by accel-kit's authors (no cluster was at hand).
-set -euo pipefail
-workdir={workdir}
-cd "$workdir"
-# The Cerebras environment of the checkout (make cerebras); its cerebras-pytorch must be the cluster's release.
-source {root}/.venv-cerebras/bin/activate
-# The cluster settings (accel_kit/devices/cerebras.py, CerebrasOptions; these override params/systems/{system}.yaml).
-export ACCEL_KIT_CEREBRAS_NUM_CSX={nodes}  # the most CS-2 systems a point may use
-export ACCEL_KIT_CEREBRAS_JOB_TIME_SEC={walltime_s}  # each appliance job's limit, queue time excluded
-# The input workers import accel_kit and read the prepared data: this checkout and the data's folder are
-# mounted by default; list others here (colon-separated).
-# export ACCEL_KIT_CEREBRAS_MOUNT_DIRS={root}:/path/to/data
-# export ACCEL_KIT_CEREBRAS_PYTHON_PATHS={root}
-# export ACCEL_KIT_CEREBRAS_MGMT_ADDRESS=<host:port>  # default: the user node's /opt/cerebras/config_v2
-# export ACCEL_KIT_CEREBRAS_COMPILE_ONLY=true  # compile every point, run none
-accel-kit run {study} --system {system} --profile {profile} -p launcher local -p max_nodes 1{extra}
-"""
-
-
-SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE, "appliance": APPLIANCE_TEMPLATE}
+# A cluster run as an appliance (no batch scheduler: the script runs on its user node) has no script of its
+# own here: the system's adapter gives it (its job_launch's template).
+SCHEDULERS = {"pbs": PBS_TEMPLATE, "slurm": SLURM_TEMPLATE, "appliance": None}
 # How the points of a job start their ranks, and how the script is started.
 SCHEDULER_LAUNCHER = {"pbs": "mpiexec", "slurm": "srun", "appliance": "local"}
 SUBMIT = {"pbs": "submit with qsub", "slurm": "submit with sbatch", "appliance": "run on the cluster's user node: bash"}
@@ -163,12 +140,13 @@ def _single_quoted(value: str) -> str:
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
-                     directives: tuple[str, ...] = (), tasks_per_node: int | None = None) -> str:
-    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for a Cerebras cluster.
+                     directives: tuple[str, ...] = (), tasks_per_node: int | None = None,
+                     template: str | None = None) -> str:
+    """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for an appliance cluster.
 
     Args:
-        scheduler: ``pbs``, ``slurm``, or ``appliance`` (a Cerebras Wafer-Scale Cluster: run on its user
-            node, ``nodes`` CS-2 systems at most, ``walltime`` each appliance job's limit).
+        scheduler: ``pbs``, ``slurm``, or ``appliance`` (a cluster run as an appliance: the script runs on
+            its user node, ``nodes`` devices at most, ``walltime`` each job's limit; ``template`` required).
         study, system, profile: passed to ``accel-kit run`` inside the job.
         nodes: nodes to request (>= 1).
         devices_per_node: the system's devices per node (>= 1), for the Slurm task count.
@@ -179,6 +157,8 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         setup: shell lines run before ``accel-kit run`` (the system adapter's environment).
         directives: extra scheduler lines, written after the standard ones.
         tasks_per_node: worker processes a node runs (Slurm's tasks); None: one per device.
+        template: the system adapter's own script (its job_launch's), formatted with the same fields;
+            None: the scheduler's.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
@@ -194,6 +174,9 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     if not match or not any(int(part) for part in match.groups()):
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
                              f"got {walltime!r}")
+    template = template or SCHEDULERS[scheduler]
+    if template is None:
+        raise ParameterError(f"scheduler {scheduler!r} runs the system adapter's own script, and {system!r} has none")
     launcher = launcher or SCHEDULER_LAUNCHER[scheduler]
     if launcher not in LAUNCHERS:
         raise ParameterError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
@@ -202,10 +185,10 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     from accel_kit.paths import project_root
 
     root = project_root()
-    return SCHEDULERS[scheduler].format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
-                                        profile=profile, walltime=walltime, path=path, launcher=launcher,
-                                        tasks_per_node=tasks_per_node or devices_per_node,
-                                        walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
-                                        workdir=shlex.quote(os.getcwd()), extra=extra,
-                                        setup="".join(f"\n{line}" for line in setup),
-                                        directives="".join(f"\n{line}" for line in directives))
+    return template.format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
+                           profile=profile, walltime=walltime, path=path, launcher=launcher,
+                           tasks_per_node=tasks_per_node or devices_per_node,
+                           walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
+                           workdir=shlex.quote(os.getcwd()), extra=extra,
+                           setup="".join(f"\n{line}" for line in setup),
+                           directives="".join(f"\n{line}" for line in directives))

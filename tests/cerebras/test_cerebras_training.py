@@ -127,11 +127,21 @@ def test_block_microbenchmark_point():
     assert result["metrics"]["tflops"] > 0 and len(result["times_s"]) == 3
 
 
+def _synthetic_batches(point, vocab_size: int, rank: int):
+    """A batch source as the engine hands one to the adapter (``eager.point_batches``): synthetic tokens."""
+    from accel_kit.data import SyntheticBatches
+
+    return SyntheticBatches(vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed, rank=rank)
+
+
 def test_backend_reused_and_masks_are_magnitude_masks():
     """In this process: a second open returns the same backend (a notebook cell run again), and cstorch's
     topk masks are accel-kit's magnitude masks of the same weights."""
     from accel_kit.devices.cerebras import CerebrasOptions
-    from accel_kit.devices.cerebras_train import CstorchSparsity, _Executor, open_backend, point_input_fn
+    from accel_kit.devices.cerebras.backend import open_backend
+    from accel_kit.devices.cerebras.data import point_input_fn
+    from accel_kit.devices.cerebras.executor import StepExecutor
+    from accel_kit.devices.cerebras.sparsity import CstorchSparsity
     from accel_kit.models import build_model
     from accel_kit.sparsity import magnitude_mask, prunable_layers
 
@@ -149,7 +159,7 @@ def test_backend_reused_and_masks_are_magnitude_masks():
     optimizer = cstorch.optim.AdamW(model.parameters(), lr=1e-3)
     sparsity.attach(optimizer)
     # masks made at start (no step runs, so nothing to record)
-    _Executor(cstorch.utils.data.DataLoader(point_input_fn, point.model_dump(), 50257, 1), 1, record=None)
+    StepExecutor(cstorch.utils.data.DataLoader(point_input_fn, _synthetic_batches, point, 50257, 1), 1, record=None)
     masks = sparsity.masks()
     assert masks.keys() == initial.keys()
     for name, mask in masks.items():
