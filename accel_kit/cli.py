@@ -77,7 +77,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
                             path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
-                            directives=launch.directives, template=getattr(launch, "template", None),
+                            directives=launch.directives, template=launch.template,
                             tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.

@@ -4,7 +4,8 @@ A record's ``metrics`` (``accel_kit.results``) is a flat mapping, so that ``resu
 gives users one column per metric; this table is its schema. Names carry their unit
 (``_s``, ``_gib``, ``_pct``, ``_per_s``, ``_j``, ``_w``, ``tflops``), or are counts, flags and
 texts whose unit is "1", "bool" or "text". Which metrics a point kind produces is in ``kinds``
-("train", "block"; empty: every kind). Tests check that every metric a real record carries
+("train", "block"; empty: every kind). A device runtime's own figures are declared by its
+adapter's package (``declare``). Tests check that every metric a real record carries
 is declared here, so a reader can rely on a name, and that no reader needs a fallback chain
 between two names for one quantity: a point kind names the metric of its achieved rate
 (``Point.RATE_METRIC``).
@@ -110,23 +111,18 @@ _DECLARED = [
     Metric("mfu_basis", "text", "which FLOPs the MFU counts", T),
     Metric("finetune_losses", "nats", "losses of the dense fine-tuning steps", T),
     Metric("finetune_loss_last", "nats", "last dense fine-tuning loss", T),
-    # --- a vendor runtime's own figures (the trainer's extra_metrics), beside ours
-    Metric("cstorch_backend", "text", "cerebras-pytorch backend (CPU, CSX)", T),
-    Metric("cerebras_pytorch_version", "text", "the cerebras-pytorch release", T),
-    Metric("torch_version", "text", "the torch the vendor runtime ran on", T),
-    Metric("cstorch_mixed_precision", "bool", "cstorch's mixed precision on", T),
-    Metric("cstorch_half_dtype", "text", "cstorch's half dtype", T),
-    Metric("optimizer", "text", "the vendor runtime's optimizer", T),
-    Metric("gas_in", "text", "where gradient accumulation ran (the host or the compiled step)", T),
-    Metric("samples_per_s_cstorch", "samples/s", "cstorch's rate tracker", T),
-    Metric("samples_per_s_same_window", "samples/s", "our clock over cstorch's counted steps", T),
-    Metric("samples_per_s_cstorch_smoothed", "samples/s", "cstorch's smoothed rate", T),
-    Metric("cstorch_total_samples", "samples", "samples cstorch's rate tracker counted", T),
-    Metric("cstorch_elapsed_s", "s", "cstorch's rate tracker's clock", T),
-    Metric("cstorch_flops_utilization_pct", "%", "cstorch's own FLOPs utilisation figure", T),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED}
+
+
+def declare(*new: Metric) -> None:
+    """Add a device runtime's own figures to the schema (a vendor trainer's ``extra_metrics``, declared by
+    its adapter's package, so that this module names no device); a name declared twice must agree."""
+    for m in new:
+        if METRICS.get(m.name, m) != m:
+            raise ValueError(f"metric {m.name!r} declared twice, differently: {METRICS[m.name]} and {m}")
+        METRICS[m.name] = m
 
 
 def undeclared(names) -> list[str]:

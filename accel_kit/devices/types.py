@@ -77,3 +77,6 @@ class JobLaunch:
     setup: tuple[str, ...] = ()  # shell lines before ``accel-kit run`` (the vendor stack's environment)
     directives: tuple[str, ...] = ()  # extra scheduler lines (written as given, e.g. "##SBATCH --gres=...")
     params: tuple[tuple[str, str], ...] = ()  # -p overrides the launch needs (the user's own come after and win)
+    # The adapter's own script where no batch scheduler applies (a Cerebras cluster's appliance), with the
+    # ``str.format`` fields of ``accel_kit.engine.launch.render_jobscript``'s; None: the scheduler's template.
+    template: str | None = None

@@ -15,6 +15,7 @@ package metadata.
 
 The modules, one concern each (those marked * import cerebras-pytorch):
 
+- ``fields``: the record metrics cstorch's figures add (declared in ``accel_kit.metrics``);
 - ``options``: ``CerebrasOptions``, the system YAML's ``options:``, each overridable by an
   environment variable ``ACCEL_KIT_CEREBRAS_<NAME>`` (a cluster's address and paths belong to
   the site, not to the committed file);
@@ -31,6 +32,7 @@ The modules, one concern each (those marked * import cerebras-pytorch):
 """
 from __future__ import annotations
 
+from accel_kit.devices.cerebras import fields  # noqa: F401  (declares cstorch's record metrics)
 from accel_kit.devices.cerebras.adapter import CerebrasAdapter, required_torch
 from accel_kit.devices.cerebras.options import ENV_PREFIX, CerebrasOptions
 

@@ -15,7 +15,7 @@ import torch
 
 from accel_kit.devices._vendor import package_version
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport
-from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE, ScriptLaunch
+from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE
 from accel_kit.devices.cerebras.options import ENV_PREFIX, MISSING, PACKAGE, USERNODE_CONFIG, CerebrasOptions
 
 
@@ -189,4 +189,4 @@ class CerebrasAdapter(BaseAdapter):
     def job_launch(self, scheduler: str) -> JobLaunch:
         # A cluster run as an appliance: the script is this adapter's own (a batch scheduler's is refused
         # by the system's ``schedulers: [appliance]``).
-        return ScriptLaunch(template=APPLIANCE_TEMPLATE) if scheduler == "appliance" else JobLaunch()
+        return JobLaunch(template=APPLIANCE_TEMPLATE) if scheduler == "appliance" else JobLaunch()

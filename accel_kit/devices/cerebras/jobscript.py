@@ -7,20 +7,6 @@ So the script is the adapter's own, handed to ``accel_kit.engine.launch.render_j
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from accel_kit.devices.base import JobLaunch
-
-
-@dataclass(frozen=True)
-class ScriptLaunch(JobLaunch):
-    """A launch whose script is the adapter's own ``template`` (``str.format`` fields as ``render_jobscript``'s).
-
-    Meant to become a field of ``JobLaunch`` itself (devices/base.py), every adapter's launch then able
-    to carry one; until then the CLI reads ``template`` where a launch has it.
-    """
-
-    template: str | None = None
 
 APPLIANCE_TEMPLATE = """#!/bin/bash
 # accel-kit {study} on up to {nodes} CS-2 system(s) of {system}, a Cerebras Wafer-Scale Cluster run as an
