@@ -33,7 +33,7 @@ class Probe(Point):
     def label(self) -> str:
         return self.action
 
-    def measure(self, rank: int, world: int) -> dict:
+    def measure(self, *_context) -> dict:  # (rank, world), or a measurement context: unused
         import torch
 
         if self.action != "report":
@@ -48,7 +48,8 @@ class Probe(Point):
             x = x.exp().log()
         return {"status": "ok", "metrics": {
             "num_threads": torch.get_num_threads(), "pool_threads": len(os.listdir("/proc/self/task")) - before,
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "parent": os.getppid(), "cwd": os.getcwd(),
             "finite": bool(torch.isfinite(x).all())}}
 
@@ -145,6 +146,18 @@ def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatc
     child, server, helper = json.loads(pid_file.read_text())
     assert _gone(child) and _gone(helper)
     assert not _gone(server, within_s=0)  # the server stays for the next point
+
+
+def test_records_say_which_path_started_the_point(probe_path, monkeypatch, tmp_path):
+    from fault_points import FaultPoint
+
+    for switch, start in (("1", "forkserver"), ("0", "exec")):
+        monkeypatch.setenv(forkserver.SWITCH, switch)
+        recs = sweep.run_sweep("faults", [FaultPoint(system="cpu", precision="fp32", fault="ok")],
+                               records_path=tmp_path / f"{start}.jsonl", run_id="r", extra_params={},
+                               timeout_s=120, progress=False)
+        assert recs[0]["status"] == "ok" and recs[0]["env"]["point_start"] == start
+        assert recs[0]["env"]["system"]["id"] == "cpu"  # the runner's own env fields still added
 
 
 RUNNER = """

@@ -59,11 +59,17 @@ MAX_SERVERS = 2  # each holds torch's memory (a few hundred MiB); tests change P
 CHILD_APPLIED = ("OMP_NUM_THREADS",)
 CHILD_APPLIED_PREFIX = "ACCEL_KIT_"
 #: Imported before any fork: what the worker imports for every point kind (no device is touched).
-PRELOAD = ("torch", "torch.distributed", "accel_kit.engine.worker", "accel_kit.engine.point", "accel_kit.peaks",
+PRELOAD = ("torch", "torch.distributed",
+           # imported by a model's first build on the meta device (count_params): seconds, and no thread
+           "torch._dynamo",
+           "accel_kit.engine.worker", "accel_kit.engine.point", "accel_kit.peaks",
            "accel_kit.studies.microbenchmark", "accel_kit.systems", "accel_kit.devices.cpu", "accel_kit.results",
            "accel_kit.models", "accel_kit.data", "accel_kit.timing", "accel_kit.energy", "accel_kit.flops",
            "accel_kit.sparsity", "accel_kit.precision", "accel_kit.atomic", "accel_kit.engine.attention",
-           "accel_kit.engine.step", "accel_kit.engine.eager")
+           "accel_kit.engine.step", "accel_kit.engine.eager",
+           # the engine's measurement path where it has these modules (a missing one is skipped)
+           "accel_kit.engine.kinds", "accel_kit.engine.measurement", "accel_kit.engine.train_measure",
+           "accel_kit.engine.block_measure")
 _MAX_PACKET = 1 << 20
 _PR_SET_PDEATHSIG = 1
 
@@ -233,7 +239,7 @@ def _preload() -> None:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
-        except ImportError:  # a module this environment cannot import: the child imports (and reports) it
+        except Exception:  # noqa: BLE001 - one this environment cannot import: the child imports (and reports) it
             pass
 
 
@@ -378,10 +384,10 @@ def _run_worker_in_child(request: dict) -> int:
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    from accel_kit.engine import worker
+    from accel_kit.engine.worker import __file__ as worker_file, main
 
-    sys.argv = [worker.__file__, *request["argv"]]
-    return worker.main(request["argv"]) or 0
+    sys.argv = [worker_file, *request["argv"]]
+    return main(request["argv"]) or 0
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
-from accel_kit.engine import forkserver
+import accel_kit.engine.forkserver as forkserver
 from accel_kit.engine.launch import worker_command
 from accel_kit.engine.point import Point
 
