@@ -235,7 +235,8 @@ atexit.register(shutdown)
 # ----------------------------------------------------------------------------- the server's side
 
 
-def _preload() -> None:
+def preload() -> None:
+    """Import ``PRELOAD`` (what a server does before its first fork), skipping what this environment lacks."""
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -255,7 +256,7 @@ def serve(control_fd: int) -> None:
     # Python's own handlers would turn a stray SIGINT into a traceback; the control socket governs the exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
-    _preload()
+    preload()
     control.sendall(json.dumps(_self_status()).encode())
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, report socket)
     by_report: dict[int, int] = {}  # report fd -> pidfd
