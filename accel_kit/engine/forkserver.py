@@ -47,6 +47,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -112,16 +113,14 @@ def server_key(env: dict[str, str], cwd: str | None = None) -> tuple:
 class ForkServer:
     """One fork server process and the runner's end of its control socket."""
 
-    def __init__(self, env: dict[str, str], *, start_timeout_s: float = 120):
+    def __init__(self, env: dict[str, str], *, start_timeout_s: float = 300):
         """Start the server with ``env`` (the point's environment; the child-applied variables left out)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_env = {k: v for k, v in env.items() if k not in CHILD_APPLIED}
-        import subprocess
-
         # A session of its own: a terminal's Ctrl-C goes to the runner, whose exit closes the control socket.
         self.proc = subprocess.Popen([sys.executable, "-m", "accel_kit.engine.forkserver", str(theirs.fileno())],
                                      env=server_env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     stdout=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
         self.control, self.lock = ours, threading.Lock()
         ours.settimeout(start_timeout_s)
@@ -135,6 +134,7 @@ class ForkServer:
         ours.settimeout(None)
 
     def alive(self) -> bool:
+        """Whether the server process still runs."""
         return self.proc.poll() is None
 
     def status(self) -> dict:
@@ -195,18 +195,28 @@ class ForkServer:
 
 _servers: collections.OrderedDict[tuple, ForkServer] = collections.OrderedDict()
 _servers_lock = threading.Lock()
+_failed: set[tuple] = set()  # keys whose server did not start: their points exec, without a retry each
 
 
 def server_for(env: dict[str, str]) -> ForkServer:
-    """The running server of ``env``'s key, started now if there is none (the oldest closed beyond MAX_SERVERS)."""
+    """The running server of ``env``'s key, started now if there is none (the oldest closed beyond MAX_SERVERS).
+
+    Raises ServerGone where that key's server failed to start (once per process: later calls fail at once).
+    """
     key = server_key(env)
     with _servers_lock:
+        if key in _failed:
+            raise ServerGone("this environment's fork server did not start earlier")
         server = _servers.pop(key, None)
         if server is not None and not server.alive():
             server.close()
             server = None
         if server is None:
-            server = ForkServer(env)
+            try:
+                server = ForkServer(env)
+            except ServerGone:
+                _failed.add(key)
+                raise
         _servers[key] = server
         while len(_servers) > MAX_SERVERS:
             _servers.popitem(last=False)[1].close()
@@ -229,7 +239,18 @@ def discard(server: ForkServer) -> None:
     server.close()
 
 
+def _forget_in_child() -> None:
+    """In a fork of the runner (multiprocessing, say): its copies of the control sockets closed, the servers
+    left to the runner (a copy held open would keep a server alive after the runner's death)."""
+    global _servers_lock
+    _servers_lock = threading.Lock()
+    for server in _servers.values():
+        server.control.close()
+    _servers.clear()
+
+
 atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 # ----------------------------------------------------------------------------- the server's side
@@ -287,9 +308,10 @@ def _take_request(control: socket.socket, children: dict, by_report: dict) -> bo
         with report:
             report.sendall(json.dumps(_self_status()).encode())
         return True
+    server = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(request, [control, report, *by_report], list(children))
+        _child(request, server, [control, report, *by_report], list(children))
     pidfd = os.pidfd_open(pid)
     children[pidfd] = (pid, report)
     by_report[report.fileno()] = pidfd
@@ -327,13 +349,15 @@ def _send_quiet(report: socket.socket, message: dict) -> None:
         pass
 
 
-def _child(request: dict, sockets: list, fds: list[int]) -> None:
+def _child(request: dict, server: int, sockets: list, fds: list[int]) -> None:
     """In the forked child: become the point's process, run the worker, never return."""
     code = 1
     try:
         os.setsid()
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (even SIGKILLed): this point goes too
+        if os.getppid() != server:  # it went before the line above
+            os._exit(1)
         for sock in sockets:
             if isinstance(sock, int):
                 os.close(sock)
