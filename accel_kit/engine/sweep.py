@@ -102,7 +102,7 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
             env["OMP_NUM_THREADS"] = str(cpu_threads)
         argv = ["--point", str(point_file), "--out", str(out_file)]
         finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log") if fork else None
-        start = "forkserver" if finished else "exec"
+        start = "forkserver" if finished is not None else "exec"
         if finished is None:
             finished = _exec(prefix + cmd + argv, env, point, timeout_s)
         if finished.returncode is None:
