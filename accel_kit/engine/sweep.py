@@ -29,6 +29,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
+import accel_kit.engine.forkserver as forkserver
 from accel_kit.engine.launch import worker_command
 from accel_kit.engine.point import Point
 
@@ -71,7 +72,12 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
                cpu_threads: int | None = None) -> dict:
-    """Run one point in a fresh process group; returns the worker's result or a failure result."""
+    """Run one point in a process (group) of its own; returns the worker's result or a failure result.
+
+    A single local rank starts as a fork of a preloaded interpreter (``accel_kit.engine.forkserver``),
+    other points in a fresh one (a torchrun group, mpiexec/srun, a vendor's launcher); the result's
+    ``env.point_start`` says which (``forkserver`` or ``exec``).
+    """
     # The point's layout (make_point fills it from the adapter): one rank per device by default, one client
     # process for a Cerebras point or an IPU pipeline, two per SN30 RDU.
     ranks, nodes, group = point.ranks, point.nodes, point.needs_group
@@ -84,7 +90,8 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
     except ValueError as exc:
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
     adapter = _adapter_of(point.system)
-    cmd = adapter.launch_prefix(point, launcher) + cmd  # a vendor's own process launcher
+    prefix = adapter.launch_prefix(point, launcher)  # a vendor's own process launcher
+    fork = forkserver.enabled() and forkserver.forkable(launcher, ranks, nodes, group, prefix, extra_env)
     # The results folder may be on a shared filesystem that every node sees; the temp dir is for
     # single-node runs, where it is as good and always writable.
     with tempfile.TemporaryDirectory(prefix="accel-kit-point-", dir=os.environ.get("ACCEL_KIT_POINT_DIR")) as tmp:
@@ -93,25 +100,55 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         env = dict(os.environ) | extra_env | adapter.worker_env()  # e.g. the CPU's allocator settings
         if cpu_threads:
             env["OMP_NUM_THREADS"] = str(cpu_threads)
-        cmd = cmd + ["--point", str(point_file), "--out", str(out_file)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=_limit_memory(point.memory_limit_gib))
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        argv = ["--point", str(point_file), "--out", str(out_file)]
+        finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log") if fork else None
+        start = "forkserver" if finished is not None else "exec"
+        if finished is None:
+            finished = _exec(prefix + cmd + argv, env, point, timeout_s)
+        if finished.returncode is None:
+            result = {"status": "error", "reason": f"timeout: no result after {timeout_s:.0f} s", "metrics": {},
+                      "traceback": _tail(finished.output, 40)}
+        elif out_file.exists():
+            result = json.loads(out_file.read_text())
+        else:
+            text = " | ".join(_tail(finished.output, 3).splitlines()) or "no output"
+            oom = "can't allocate memory" in text or "out of memory" in text.lower() or finished.returncode == -9
+            result = {"status": "oom" if oom else "error", "traceback": _tail(finished.output, 60),
+                      "reason": f"worker exited with status {finished.returncode}: {text[-300:]}", "metrics": {}}
+    result["env"] = (result.get("env") or results.environment()) | {"point_start": start}
+    return result
+
+
+def _exec(cmd: list[str], env: dict[str, str], point: Point, timeout_s: float) -> forkserver.Finished:
+    """Run ``cmd`` in a fresh process group; at the timeout kill the whole group (returncode None)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True, preexec_fn=_limit_memory(point.memory_limit_gib))
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return forkserver.Finished(None, output)
+    finally:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            return {"status": "error", "reason": f"timeout: no result after {timeout_s:.0f} s", "metrics": {},
-                    "traceback": _tail(output, 40)}
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        if out_file.exists():
-            return json.loads(out_file.read_text())
-        text = " | ".join(_tail(output, 3).splitlines()) or "no output"
-        oom = "can't allocate memory" in text or "out of memory" in text.lower() or proc.returncode == -9
-        return {"status": "oom" if oom else "error", "traceback": _tail(output, 60),
-                "reason": f"worker exited with status {proc.returncode}: {text[-300:]}", "metrics": {}}
+    return forkserver.Finished(proc.returncode, output)
+
+
+def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float,
+            output: Path) -> forkserver.Finished | None:
+    """Run the worker as a fork of the environment's server; None where no server could run it (exec it then)."""
+    limit = int(point.memory_limit_gib * 2**30) if point.memory_limit_gib else None
+    try:
+        server = forkserver.server_for(env)
+    except forkserver.ServerGone:
+        return None
+    try:
+        return server.run(argv, env=env, output=output, timeout_s=timeout_s, memory_limit_bytes=limit)
+    except forkserver.ServerGone as exc:  # its points die with it (PR_SET_PDEATHSIG): this one failed
+        forkserver.discard(server)
+        text = output.read_bytes() if output.exists() else b""
+        return forkserver.Finished(1, text + f"\n{exc}".encode())
 
 
 def _adapter_of(system_id: str):

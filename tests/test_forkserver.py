@@ -1,0 +1,207 @@
+"""Points started from a preloaded interpreter (accel_kit.engine.forkserver), through the sweep runner.
+
+Each check compares the fork server's child with a fresh interpreter started the old way
+(ACCEL_KIT_FORKSERVER=0) where a figure depends on the machine (thread counts, the CPU ISA).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from accel_kit.engine import forkserver, sweep
+from accel_kit.engine.point import Point
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+class Probe(Point):
+    """Reports what its process sees, or sleeps (writing its pid, and a grandchild's, to ``pid_file``)."""
+
+    kind: str = "test_forkserver:Probe"
+    action: Literal["report", "sleep", "spawn_and_sleep"] = "report"
+    pid_file: str = ""
+
+    def label(self) -> str:
+        return self.action
+
+    def measure(self, *_context) -> dict:  # (rank, world), or a measurement context: unused
+        import torch
+
+        if self.action != "report":
+            pids = [os.getpid(), os.getppid()]
+            if self.action == "spawn_and_sleep":  # a helper process in the point's group
+                pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]).pid)
+            Path(self.pid_file).write_text(json.dumps(pids))
+            time.sleep(3600)
+        before = len(os.listdir("/proc/self/task"))
+        x = torch.randn(1 << 22)
+        for _ in range(20):  # parallel regions: OpenMP starts its threads now
+            x = x.exp().log()
+        return {"status": "ok", "metrics": {
+            "num_threads": torch.get_num_threads(), "pool_threads": len(os.listdir("/proc/self/task")) - before,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "parent": os.getppid(), "cwd": os.getcwd(),
+            "finite": bool(torch.isfinite(x).all())}}
+
+
+@pytest.fixture
+def probe_path(monkeypatch):
+    """The child imports this module by name: tests/ on its path (and on ours)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(TESTS))
+    yield
+    forkserver.shutdown()
+
+
+def _run(point: Point, monkeypatch, *, fork: bool, timeout_s: float = 120, **kw) -> dict:
+    monkeypatch.setenv(forkserver.SWITCH, "1" if fork else "0")
+    result = sweep.run_worker(point, timeout_s=timeout_s, **kw)
+    assert result["env"]["point_start"] == ("forkserver" if fork else "exec"), result
+    return result
+
+
+def _gone(pid: int, within_s: float = 60) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts as ended) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_thread_count_and_env_as_a_fresh_interpreter(probe_path, monkeypatch):
+    point = Probe(system="cpu", precision="fp32")
+    for threads in (1, None):
+        forked = _run(point, monkeypatch, fork=True, cpu_threads=threads)["metrics"]
+        fresh = _run(point, monkeypatch, fork=False, cpu_threads=threads)["metrics"]
+        assert forked["finite"] and fresh["finite"]
+        # torch.set_num_threads in the child: torch's count, and the threads its parallel regions started.
+        for field in ("num_threads", "pool_threads", "omp_num_threads", "glibc_tunables", "cpu_capability", "cwd"):
+            assert forked[field] == fresh[field], (threads, field, forked, fresh)
+        if threads:
+            assert forked["num_threads"] == threads and forked["omp_num_threads"] == str(threads)
+    # The allocator settings, read at exec: in the server's own start environment.
+    assert "glibc.malloc.trim_threshold" in forked["glibc_tunables"]
+    # (glibc parses the variable in place at exec, cutting it at the colons: look at the raw bytes)
+    server_env = Path(f"/proc/{forked['parent']}/environ").read_bytes()
+    assert b"\0GLIBC_TUNABLES=" in b"\0" + server_env and b"glibc.malloc.trim_threshold=" in server_env
+
+
+def test_server_starts_no_thread_pool_and_no_device(probe_path):
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    status = forkserver.server_for(env).status()
+    assert status["cuda_initialized"] is False
+    # Reference interpreters that import the same modules: one stops there, one runs a parallel region.
+    code = ("import os, sys, torch\n"
+            "from accel_kit.engine.forkserver import preload\n"
+            "preload()\n"
+            "if sys.argv[1] == '1': torch.randn(1 << 22).exp()\n"
+            "print(len(os.listdir('/proc/self/task')))")
+    counts = [int(subprocess.run([sys.executable, "-c", code, touch], env=env, capture_output=True, text=True,
+                                 check=True).stdout) for touch in ("0", "1")]
+    untouched, touched = counts
+    if touched == untouched:
+        pytest.skip("a parallel region starts no thread on this machine: the check cannot tell")
+    assert status["threads"] <= untouched < touched
+
+
+def test_cpu_isa_override_starts_another_server(probe_path, monkeypatch):
+    point = Probe(system="cpu", precision="fp32")
+    first = _run(point, monkeypatch, fork=True)["metrics"]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    imitated = _run(point, monkeypatch, fork=True)["metrics"]
+    fresh = _run(point, monkeypatch, fork=False)["metrics"]
+    assert imitated["parent"] != first["parent"]  # another server, started with the variable
+    assert imitated["cpu_capability"] == fresh["cpu_capability"] == "DEFAULT"
+    # The same key again reuses its server.
+    assert _run(point, monkeypatch, fork=True)["metrics"]["parent"] == imitated["parent"]
+
+
+def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatch, tmp_path):
+    from fault_points import FaultPoint
+
+    error = _run(FaultPoint(system="cpu", precision="fp32", fault="error"), monkeypatch, fork=True)
+    assert error["status"] == "error" and "deep_inside" in error["traceback"]
+    crash = _run(FaultPoint(system="cpu", precision="fp32", fault="segfault"), monkeypatch, fork=True)
+    assert crash["status"] == "error" and "worker exited with status -11" in crash["reason"]
+    pid_file = tmp_path / "pids.json"
+    hang = Probe(system="cpu", precision="fp32", action="spawn_and_sleep", pid_file=str(pid_file))
+    # A generous timeout: the result must be the timeout's whatever the machine's load.
+    timed_out = _run(hang, monkeypatch, fork=True, timeout_s=20)
+    assert timed_out["status"] == "error" and "timeout" in timed_out["reason"]
+    child, server, helper = json.loads(pid_file.read_text())
+    assert _gone(child) and _gone(helper)
+    assert not _gone(server, within_s=0)  # the server stays for the next point
+
+
+def test_records_say_which_path_started_the_point(probe_path, monkeypatch, tmp_path):
+    from fault_points import FaultPoint
+
+    for switch, start in (("1", "forkserver"), ("0", "exec")):
+        monkeypatch.setenv(forkserver.SWITCH, switch)
+        recs = sweep.run_sweep("faults", [FaultPoint(system="cpu", precision="fp32", fault="ok")],
+                               records_path=tmp_path / f"{start}.jsonl", run_id="r", extra_params={},
+                               timeout_s=120, progress=False)
+        assert recs[0]["status"] == "ok" and recs[0]["env"]["point_start"] == start
+        assert recs[0]["env"]["system"]["id"] == "cpu"  # the runner's own env fields still added
+
+
+RUNNER = """
+import json, os, sys, time
+sys.path.insert(0, {tests!r})
+from accel_kit.engine import sweep
+from test_forkserver import Probe
+try:
+    sweep.run_worker(Probe(system="cpu", precision="fp32", action="sleep", pid_file={pid_file!r}), timeout_s=600)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    time.sleep(600)  # a notebook's kernel lives on after a Ctrl-C
+"""
+
+
+def _start_runner(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    pid_file = tmp_path / "pids.json"
+    script = RUNNER.format(tests=str(TESTS), pid_file=str(pid_file))
+    env = dict(os.environ, **{forkserver.SWITCH: "1"})
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, "the runner's point did not start"
+        time.sleep(0.05)
+    return proc, pid_file
+
+
+def test_runner_sigkill_leaves_no_server_or_point(probe_path, tmp_path):
+    proc, pid_file = _start_runner(tmp_path)
+    child, server = json.loads(pid_file.read_text())
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _gone(server) and _gone(child)
+
+
+def test_interrupt_kills_the_point_and_exit_closes_the_server(probe_path, tmp_path):
+    proc, pid_file = _start_runner(tmp_path)
+    child, server = json.loads(pid_file.read_text())
+    os.kill(proc.pid, signal.SIGINT)  # what a notebook's interrupt sends its kernel
+    assert proc.stdout.readline().strip() == "interrupted"
+    assert _gone(child)
+    assert not _gone(server, within_s=0)  # kept for the runner's lifetime
+    proc.terminate()
+    proc.wait()
+    assert _gone(server)
