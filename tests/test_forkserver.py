@@ -105,7 +105,8 @@ def test_thread_count_and_env_as_a_fresh_interpreter(probe_path, monkeypatch):
 def test_server_starts_no_thread_pool_and_no_device(probe_path):
     env = dict(os.environ, OMP_NUM_THREADS="2")
     status = forkserver.server_for(env).status()
-    assert status["cuda_initialized"] is False
+    # no device backend (and no process group) initialised before a fork; torch.cpu says it always is
+    assert set(status["initialized"]) <= {"cpu"}, status["initialized"]
     # Reference interpreters that import the same modules: one stops there, one runs a parallel region.
     code = ("import os, sys, torch\n"
             "from accel_kit.engine.forkserver import preload\n"

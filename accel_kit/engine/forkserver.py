@@ -271,7 +271,22 @@ def _self_status() -> dict:
     import torch
 
     return {"threads": len(os.listdir("/proc/self/task")), "pid": os.getpid(),
-            "cuda_initialized": bool(torch.cuda.is_initialized()), "modules": sorted(PRELOAD)}
+            "initialized": _initialized_backends(torch), "modules": sorted(PRELOAD)}
+
+
+def _initialized_backends(torch) -> list[str]:
+    """torch's backend modules already initialised here (each that has ``is_initialized``: every device
+    backend's, and torch.distributed's process group), named without naming any device."""
+    names = []
+    for name in sorted(dir(torch)):
+        probe = getattr(getattr(torch, name, None), "is_initialized", None)
+        if callable(probe) and not name.startswith("_"):
+            try:
+                if probe():
+                    names.append(name)
+            except Exception:  # noqa: BLE001 - a backend this build cannot ask: not initialised by us
+                pass
+    return names
 
 
 def serve(control_fd: int) -> None:
