@@ -8,7 +8,8 @@ import torch.multiprocessing as mp
 from accel_kit.models import build_model
 from accel_kit.engine import NonFiniteLoss, OptimConfig, Trainer, learning_rate
 from accel_kit.engine.launch import distributed_env, render_jobscript, worker_command
-from accel_kit.engine.point import TrainPoint
+from accel_kit.engine.point import NOT_IN_KEY, TrainPoint
+from accel_kit.peaks import MeasuredPeak
 
 VOCAB, SEQ = 97, 16
 
@@ -107,11 +108,17 @@ def test_two_process_ddp_equals_one_process(tmp_path):
 
 
 def test_point_identity_and_nodes():
-    p = TrainPoint(system="a100", preset="gpt2-xl", precision="fp16", micro_batch_size=1, seq_len=2048,
-                   devices=64, devices_per_node=4)
+    fields = dict(system="a100", preset="gpt2-xl", precision="fp16", micro_batch_size=1, seq_len=2048,
+                  devices=64, devices_per_node=4)
+    p = TrainPoint(**fields)
     assert p.nodes == 16 and p.global_batch_size == 64
-    assert p.key() == p.model_copy(update={"peak_tflops_measured": 1.0}).key()
-    assert p.key() != p.model_copy(update={"gas": 2}).key()
+    # The run's measured peak is a field of the point (validated: a misspelt field would raise here),
+    # but a new peak measurement must not make a recorded point run again: it is not in the key.
+    peak = MeasuredPeak("fp16", 1.0, "64", {"64": 1.0}).to_dict()
+    measured = TrainPoint(**fields, peak=peak)
+    assert measured.peak == peak and "peak" in NOT_IN_KEY
+    assert measured.key() == p.key()
+    assert p.key() != TrainPoint(**fields | {"gas": 2}).key()
 
 
 def test_launchers():
