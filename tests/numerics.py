@@ -52,3 +52,15 @@ def assert_close_sums(actual: torch.Tensor, expected: torch.Tensor, *, n_terms: 
         magnitude = expected.detach().abs().max().item() if expected.numel() else 0.0
     tol = sum_tolerance(expected.dtype, n_terms, magnitude, accumulate=accumulate)
     torch.testing.assert_close(actual, expected, msg=msg, **tol)
+
+
+def gpt_forward_terms(cfg, seq_len: int) -> int:
+    """Terms summed along the longest path of a GPT forward (a chain: the stages' lengths add up).
+
+    The embedding sum (2), then per block LayerNorm (h), qkv (h), scores (head_dim), softmax and
+    attention-weighted values (2 T), projection (h), LayerNorm (h), MLP up (h) and down (4 h);
+    then the final LayerNorm and the LM head (h each). A backward runs as many again.
+    """
+    h = cfg.hidden_size
+    per_block = 9 * h + h // cfg.n_heads + 2 * seq_len
+    return 2 + cfg.n_layers * per_block + 2 * h

@@ -5,16 +5,8 @@ from accel_kit.errors import ParameterError
 from accel_kit.models import (IGNORE_INDEX, PRESETS, build_model, count_params, estimate_training_memory, fits,
                               get_config)
 from accel_kit.models.hf import from_hf, to_hf
-from numerics import assert_close_sums, eps
+from numerics import assert_close_sums, eps, gpt_forward_terms
 
-
-def _forward_terms(cfg, seq_len):
-    """Terms summed along a GPT forward (see numerics.py): the embedding sum, per block LayerNorm (h),
-    qkv (h), scores (head_dim), softmax and values (2 T), projection (h), LayerNorm (h), MLP (h, 4 h);
-    then the final LayerNorm and the LM head (h each)."""
-    h = cfg.hidden_size
-    per_block = 9 * h + h // cfg.n_heads + 2 * seq_len
-    return 2 + cfg.n_layers * per_block + 2 * h
 
 
 @pytest.mark.parametrize("preset, published", [
@@ -91,7 +83,7 @@ def test_activation_checkpointing_same_gradients():
         m(idx, idx)[1].backward()
     # The recomputed forward runs the same kernels; only the order in which a shared weight's
     # gradient contributions arrive may change (the tied embedding): bound it like any reordering.
-    n = 2 * _forward_terms(a.cfg, 16) + 2 * 16
+    n = 2 * gpt_forward_terms(a.cfg, 16) + 2 * 16
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert_close_sums(pb.grad, pa.grad, n_terms=n, msg=name)
 
@@ -101,7 +93,7 @@ def test_hf_logits_match_both_ways():
     ours = build_model("gpt2-debug", seq_len=32).eval()
     hf = to_hf(ours).eval()
     idx = torch.randint(0, 50257, (2, 32))
-    n = _forward_terms(ours.cfg, 32)  # same math, transformers' kernels and summation orders
+    n = gpt_forward_terms(ours.cfg, 32)  # same math, transformers' kernels and summation orders
     with torch.no_grad():
         ref = hf(idx).logits
         assert_close_sums(ours(idx)[0], ref, n_terms=n)
