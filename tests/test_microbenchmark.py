@@ -18,6 +18,7 @@ def _run(**overrides):
     return studies.run_study("microbenchmark", "cpu", "quick", progress=False, **(TINY | overrides))
 
 
+@pytest.mark.slow
 def test_records_are_complete_and_auditable(out_dir):
     run = _run(measure_peak=True)
     df = run.df()
@@ -84,6 +85,7 @@ def test_noisy_peak_keeps_the_times_and_flags_the_point(out_dir, monkeypatch):
     assert rec["metrics"]["peak_remeasured"] is True  # it was measured again before the record was written
 
 
+@pytest.mark.slow
 def test_failures_are_isolated_and_keep_their_traceback(out_dir, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
     sys.path.insert(0, str(ROOT / "tests"))
@@ -110,6 +112,7 @@ def test_resume_key_does_not_depend_on_where_outputs_are(out_dir, tmp_path_facto
     assert again.reused == 1 and again.records[0]["record_id"] == run.records[0]["record_id"]
 
 
+@pytest.mark.slow
 def test_kill_and_resume(out_dir):
     """SIGKILL the microbenchmark mid-way; the rerun finishes it with nothing lost, duplicated or corrupt."""
     args = [sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",

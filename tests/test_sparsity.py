@@ -352,6 +352,7 @@ TINY = dict(presets=["gpt2-debug"], preset="gpt2-debug", vocab_size=128, precisi
             seq_len=32, steps=2, warmup_steps=1, data="synthetic", measure_peak=False, timeout_s=180)
 
 
+@pytest.mark.slow
 def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
     run = studies.run_study("sparsity", "cpu", None, progress=False, sparsities=[0, 0.9],
                             sparsity_patterns=["unstructured", "2:4"], **TINY)
@@ -380,6 +381,7 @@ def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
     assert set(table["execution"]) == {"dense model", "zeros in dense matmul"}
 
 
+@pytest.mark.slow
 def test_sparse_pretrain_dense_finetune(out_dir):
     run = studies.run_study("sparsity", "cpu", None, progress=False, sparsities=[0, 0.8],
                             sparsity_patterns=["unstructured"], loss_steps=20, loss_warmup_steps=2,

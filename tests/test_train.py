@@ -165,6 +165,7 @@ def test_jobscripts(scheduler, marker):
     assert "-p max_nodes 4" in text and "-p steps '20'" in text
 
 
+@pytest.mark.slow
 def test_deepspeed_zero1_two_processes(out_dir):
     pytest.importorskip("deepspeed")
     from accel_kit.engine.sweep import run_worker
