@@ -329,7 +329,9 @@ def test_two_four_kernel_matches_dense_on_gpu():
         _, loss_k = kernel_model(x, x)
     loss_d.backward()
     loss_k.backward()
-    assert loss_k.item() == pytest.approx(loss_d.item(), rel=2e-2)
+    # bf16 under autocast: every layer's output is rounded to bf16 (eps 2^-7) on both paths, whose
+    # products differ in order; over gpt2-small's 12 blocks the loss stays within about 2.5 eps.
+    assert loss_k.item() == pytest.approx(loss_d.item(), rel=2.5 * eps(torch.bfloat16))
     w_d, w_k = dense_model.h[0].mlp.c_fc.weight.grad, kernel_model.h[0].mlp.c_fc.weight.grad
     assert torch.nn.functional.cosine_similarity(w_d.flatten(), w_k.flatten(), dim=0) > 0.99
 
@@ -390,7 +392,9 @@ def test_sparse_pretrain_dense_finetune(out_dir):
     curves = df[df["steps"] == 20]
     assert len(curves) == 2 and set(curves["status"]) == {"ok"}
     assert all(len(v) == 22 for v in curves["losses"]) and all(len(v) == 20 for v in curves["finetune_losses"])
-    # Both runs see the same tokens from the same initial weights: the first losses match.
+    # Both runs see the same tokens from the same initial weights: the first losses match. Not a
+    # rounding bound: at init both predict near-uniformly (loss ~ log vocab) whatever is pruned, and
+    # 5% is the slack for what pruning 80% of the small initial weights changes in that.
     first = list(curves["loss_first"])
     assert first[0] == pytest.approx(first[1], rel=0.05)
     table = run.table()
