@@ -8,6 +8,7 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from accel_kit.models import block as block_mod
 from accel_kit.models.block import Block, BlockConfig
+from numerics import assert_close_sums
 
 CFG = BlockConfig(hidden_size=64, n_heads=4)
 LINEARS = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
@@ -30,6 +31,18 @@ def _pair():
     return ours, ref
 
 
+def _chain_terms(batch, seq_len, cfg=CFG):
+    """Terms summed along the longest path through a block's forward and backward (see numerics.py).
+
+    Forward: LayerNorm (h), qkv (h), scores (head_dim), softmax and attention-weighted values
+    (2 T), attention projection (h), LayerNorm (h), MLP up (h), MLP down (4 h); the backward runs
+    the same reductions again, and each weight gradient then sums over the batch's tokens.
+    """
+    h, head_dim = cfg.hidden_size, cfg.hidden_size // cfg.n_heads
+    forward = 5 * h + head_dim + 2 * seq_len + cfg.mlp_ratio * h
+    return 2 * forward + batch * seq_len
+
+
 def _fwd_bwd(mod, x, g):
     x = x.detach().clone().requires_grad_(True)
     out = mod(x)
@@ -44,13 +57,16 @@ def test_matches_transformers_fp32(T):
     x, g = torch.randn(2, T, CFG.hidden_size), torch.randn(2, T, CFG.hidden_size)
     out, gx, gw = _fwd_bwd(ours, x, g)
     out_r, gx_r, gw_r = _fwd_bwd(ref, x, g)
-    torch.testing.assert_close(out, out_r, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(gx, gx_r, rtol=1e-4, atol=1e-4)
+    # Same math, other kernels and summation orders: the bound follows from fp32's eps, the
+    # reductions on the way and each tensor's magnitude (numerics.py), not from one CPU.
+    n = _chain_terms(2, T)
+    assert_close_sums(out, out_r, n_terms=n)
+    assert_close_sums(gx, gx_r, n_terms=n)
     for name, grad in gw.items():
         grad_r = gw_r[name]
         if name.endswith("weight") and name.rsplit(".", 1)[0] in LINEARS:
             grad_r = grad_r.t()
-        torch.testing.assert_close(grad, grad_r, rtol=1e-4, atol=1e-4, msg=name)
+        assert_close_sums(grad, grad_r, n_terms=n, msg=name)
 
 
 @pytest.mark.parametrize("T", [16, 7])
@@ -71,9 +87,13 @@ def test_cpu_fast_path_matches_plain_path_bf16(T, monkeypatch):
     Block(CFG).to(torch.bfloat16)(x)  # without the flag (the adapter's choice) no layer takes it
     assert len(calls) == plain_cfg_calls
     torch.testing.assert_close(fast[0], plain[0], rtol=0, atol=0)  # same forward kernels
-    torch.testing.assert_close(fast[1], plain[1], rtol=2e-2, atol=2e-2)
+    # Only the c_proj weight and bias gradients are computed differently (NN instead of TN GEMM,
+    # row sums): one reduction over the 2 T tokens, accumulated in fp32 by the CPU's bf16 kernels
+    # and rounded once to bf16 (numerics.py). Everything else runs the same kernels on the same
+    # inputs, and the same bound holds for it a fortiori.
+    assert_close_sums(fast[1], plain[1], n_terms=2 * T, accumulate=torch.float32)
     for name in fast[2]:
-        torch.testing.assert_close(fast[2][name], plain[2][name], rtol=2e-2, atol=2e-2, msg=name)
+        assert_close_sums(fast[2][name], plain[2][name], n_terms=2 * T, accumulate=torch.float32, msg=name)
 
 
 def test_autocast_and_no_grad():

@@ -102,6 +102,7 @@ def test_genome_rows_hold_one_record_each_with_padding_masked(tmp_path):
     assert any(tok.pad_id in row for row in x.tolist())
 
 
+@pytest.mark.slow
 def test_study_on_synthetic_genomes_records_table_iv_metrics(out_dir):
     run = studies.run_study("genslm", "cpu", None, progress=False, presets=["genslm-debug"], seq_lens=[64, 32],
                             **TINY)
@@ -128,6 +129,7 @@ def test_study_on_synthetic_genomes_records_table_iv_metrics(out_dir):
     assert again.reused == 2
 
 
+@pytest.mark.slow
 def test_user_fasta_with_ambiguous_bases_trains_with_forced_math_kernel(out_dir, tmp_path):
     fasta = _write_fasta(tmp_path / "mine.fa")
     run = studies.run_study("genslm", "cpu", None, progress=False, presets=["genslm-debug"], seq_lens=[8],

@@ -10,6 +10,7 @@ TINY = dict(preset="gpt2-debug", vocab_size=128, precision="bf16", micro_batch_s
             data="synthetic", measure_peak=False, timeout_s=120)
 
 
+@pytest.mark.slow
 def test_oom_is_recorded_and_longer_sequences_skipped(out_dir):
     # A real out-of-memory: the point's process gets a 0.8 GiB data cap; long sequences exceed it (while
     # the estimate, against the host's memory, still lets them start: micro-batch 4 at 4096 needs ~12 GiB).
@@ -52,6 +53,7 @@ def test_records_carry_the_resolved_point(out_dir):
     assert "glibc.malloc.trim_threshold" in rec["env"]["device"]["glibc_tunables"]
 
 
+@pytest.mark.slow
 def test_kill_and_resume(out_dir):
     """SIGKILL a sweep mid-way; the rerun finishes it with no lost, duplicated or corrupt record."""
     args = [sys.executable, "-m", "accel_kit.cli", "run", "gas", "--system", "cpu", "--profile", "quick", "-q",
