@@ -15,7 +15,7 @@ def kill_and_resume(args: list[str], path: Path, total: int) -> None:
     """SIGKILL the study command ``args`` once it has recorded 2 points; the rerun must finish the
     ``total`` points with nothing lost, run twice or corrupt, and the earlier records untouched."""
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a bound that only stops a hang: a busy 2-core machine may take minutes
     while time.time() < deadline and (not path.exists() or len(path.read_bytes().splitlines()) < 2):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)

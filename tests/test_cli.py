@@ -52,6 +52,7 @@ def test_precision_the_device_lacks(capsys, monkeypatch, out_dir):
     assert "precision 'fp16' does not run on adapter 'cpu'" in err
 
 
+@pytest.mark.slow
 def test_run_writes_records(out_dir, capsys):
     assert cli.main(["run", "microbenchmark", *TINY, "-p", "precisions", "[fp32]", "-p", "impls", "[native, hf]"]) == 0
     lines = (out_dir / "microbenchmark" / "cpu.jsonl").read_text().splitlines()
