@@ -13,7 +13,7 @@ STUDY_NOTEBOOKS := $(filter-out notebooks/report.ipynb,$(NOTEBOOKS))
 CONSTRAINTS ?= constraints-cpu.txt
 PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
 
-.PHONY: install run test lab strip-notebooks clean-outputs cerebras test-cerebras
+.PHONY: install run test test-fast lab strip-notebooks clean-outputs cerebras test-cerebras
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ test: install
 	  [ $$status = 0 ] || exit $$status; \
 	  $(MAKE) --no-print-directory test-cerebras || exit $$?; \
 	fi; exit $$status
+
+# The fast lane: every test but those marked slow (each over about 5 s: notebooks, study runs, subprocess
+# groups), for the edit-test loop; make test runs them all.
+test-fast: install
+	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
+	ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider -q
 
 # The Cerebras environment: cerebras-pytorch (which pins torch 2.4, hence a venv of its own) and accel-kit,
 # editable, resolved together so nothing changes torch; and a Jupyter kernel for it, which JupyterLab

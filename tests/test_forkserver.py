@@ -84,6 +84,7 @@ def _gone(pid: int, within_s: float = 60) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_thread_count_and_env_as_a_fresh_interpreter(probe_path, monkeypatch):
     point = Probe(system="cpu", precision="fp32")
     for threads in (1, None):
@@ -102,6 +103,7 @@ def test_thread_count_and_env_as_a_fresh_interpreter(probe_path, monkeypatch):
     assert b"\0GLIBC_TUNABLES=" in b"\0" + server_env and b"glibc.malloc.trim_threshold=" in server_env
 
 
+@pytest.mark.slow
 def test_server_starts_no_thread_pool_and_no_device(probe_path):
     env = dict(os.environ, OMP_NUM_THREADS="2")
     status = forkserver.server_for(env).status()
@@ -121,6 +123,7 @@ def test_server_starts_no_thread_pool_and_no_device(probe_path):
     assert status["threads"] <= untouched < touched
 
 
+@pytest.mark.slow
 def test_cpu_isa_override_starts_another_server(probe_path, monkeypatch):
     point = Probe(system="cpu", precision="fp32")
     first = _run(point, monkeypatch, fork=True)["metrics"]
@@ -133,6 +136,7 @@ def test_cpu_isa_override_starts_another_server(probe_path, monkeypatch):
     assert _run(point, monkeypatch, fork=True)["metrics"]["parent"] == imitated["parent"]
 
 
+@pytest.mark.slow
 def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatch, tmp_path):
     from fault_points import FaultPoint
 
@@ -150,6 +154,7 @@ def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatc
     assert not _gone(server, within_s=0)  # the server stays for the next point
 
 
+@pytest.mark.slow
 def test_records_say_which_path_started_the_point(probe_path, monkeypatch, tmp_path):
     from fault_points import FaultPoint
 
@@ -188,6 +193,7 @@ def _start_runner(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return proc, pid_file
 
 
+@pytest.mark.slow
 def test_runner_sigkill_leaves_no_server_or_point(probe_path, tmp_path):
     proc, pid_file = _start_runner(tmp_path)
     child, server = json.loads(pid_file.read_text())
@@ -196,6 +202,7 @@ def test_runner_sigkill_leaves_no_server_or_point(probe_path, tmp_path):
     assert _gone(server) and _gone(child)
 
 
+@pytest.mark.slow
 def test_interrupt_kills_the_point_and_exit_closes_the_server(probe_path, tmp_path):
     proc, pid_file = _start_runner(tmp_path)
     child, server = json.loads(pid_file.read_text())
