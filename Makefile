@@ -42,15 +42,17 @@ run: install
 	@echo "report: $(OUTPUTS)/report.html (opens offline; accel-kit report A/outputs B/outputs merges machines)"
 
 # Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
-# (make run runs the quick one); results go to a scratch folder. Then the Cerebras tests (test-cerebras),
-# whose environment is built meanwhile (mostly a download: it overlaps the tests instead of adding to
+# (make run runs the quick one), one pytest worker per core (TEST_WORKERS); results go to a scratch folder.
+# Then the Cerebras tests (test-cerebras), whose environment is built meanwhile (mostly a download: it overlaps the tests instead of adding to
 # them); CEREBRAS=0 leaves both out.
 CEREBRAS ?= 1
+# pytest-xdist workers: one per core (most of a test's time is a subprocess or a notebook kernel).
+TEST_WORKERS ?= auto
 test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	if [ "$(CEREBRAS)" != 0 ]; then $(MAKE) --no-print-directory cerebras > $$scratch/cerebras.log 2>&1 & fi; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks \
-	  --nbval-lax -p no:cacheprovider; status=$$?; \
+	  --nbval-lax -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ "$(CEREBRAS)" != 0 ]; then \
 	  wait $$! || { echo "make cerebras failed:"; cat $$scratch/cerebras.log; exit 1; }; \
 	  [ $$status = 0 ] || exit $$status; \

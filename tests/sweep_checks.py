@@ -22,9 +22,11 @@ def kill_and_resume(args: list[str], path: Path, total: int) -> None:
     proc.wait()
     first = [json.loads(line) for line in path.read_bytes().splitlines() if line.endswith(b"}")]
     assert 2 <= len(first) < total
-    assert subprocess.run(args, capture_output=True).returncode == 0
+    rerun = subprocess.run(args, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
     recs = list(results.iter_records(path))
     keys = [r["params"]["point_key"] for r in recs]
-    assert len(recs) == total and len(set(keys)) == total  # nothing lost, nothing run twice
+    seen = [(r["status"], r["params"]["point_key"], r.get("reason")) for r in recs]
+    assert len(recs) == total and len(set(keys)) == total, seen  # nothing lost, nothing run twice
     assert all(r["status"] == "ok" for r in recs)
     assert [r["record_id"] for r in recs[:len(first)]] == [r["record_id"] for r in first]  # earlier ones untouched

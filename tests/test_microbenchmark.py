@@ -123,7 +123,7 @@ def test_kill_and_resume(out_dir):
             "-p", "precisions", "[fp32]", "-p", "impls", "[native]", "-p", "measure_peak", "false",
             # a second or more per point on any machine, so the kill after two records lands mid-sweep
             # even though points start in well under a second (the fork server)
-            "-p", "trials", "3000"]
+            "-p", "trials", "1000", "-p", "time_budget_s", "100000"]  # (the quick budget judges by the first, slow iteration)
     kill_and_resume(args, out_dir / "microbenchmark" / "cpu.jsonl", total=6)
 
 
