@@ -262,6 +262,26 @@ def test_static_images_through_kaleido(machines, tmp_path, chromium, monkeypatch
         assert len(data) > 5000 and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_figure_kaleido_dropped_is_rendered_again_alone(tmp_path, monkeypatch):
+    """plotly's write_images returns normally when kaleido failed one figure and deleted its file."""
+    pytest.importorskip("kaleido", reason="needs kaleido>=1 (the export extra)")
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    def write_all_but_the_last(figs, paths):
+        for path in paths[:-1]:
+            Path(path).write_bytes(b"first pass")
+
+    again = []
+    monkeypatch.setattr(pio, "write_images", write_all_but_the_last)
+    monkeypatch.setattr(pio, "to_image", lambda fig, format: again.append(format) or b"second pass")
+    monkeypatch.setenv("BROWSER_PATH", shutil.which("sh"))  # any existing file: no browser is started here
+    figures = {"a": go.Figure(), "b": go.Figure()}
+    paths = report.export_images(figures, tmp_path / "figs", ["png", "svg"])
+    assert [p.read_bytes() for p in paths] == [b"first pass"] * 3 + [b"second pass"]
+    assert again == ["svg"]
+
+
 @pytest.mark.slow
 def test_notebook_takes_folders_systems_and_output(machines, tmp_path):
     import papermill

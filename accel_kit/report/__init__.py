@@ -144,6 +144,12 @@ def export_images(figures: dict[str, Any], folder: Path, formats: Sequence[str])
         return []
     try:
         pio.write_images([fig for fig, _ in items], [str(p) for _, p in items])
+        # plotly drops the errors kaleido returns for single figures (a render past kaleido's timeout on a busy
+        # machine, a crashed tab): kaleido deletes that file and the call still succeeds. Each such figure is
+        # rendered again alone, through the call that raises.
+        for fig, path in items:
+            if not path.exists() or path.stat().st_size == 0:
+                path.write_bytes(pio.to_image(fig, format=path.suffix[1:]))
     except RuntimeError as exc:
         if "chrome" in str(exc).lower():
             raise AccelKitError(NO_BROWSER) from None
