@@ -55,7 +55,7 @@ def block_flops(batch: int, seq_len: int, hidden: int, *, mlp_ratio: int = 4,
     """
     tokens = batch * seq_len
     forward = tokens * (block_matmul_flops_per_token(hidden, mlp_ratio) + attention_flops_per_token(hidden, seq_len))
-    return forward * _direction_factor(direction)
+    return forward * direction_factor(direction)
 
 
 def gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_size: int, *,
@@ -71,7 +71,7 @@ def gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_size: in
     """
     per_layer = block_matmul_flops_per_token(hidden, mlp_ratio) + attention_flops_per_token(hidden, seq_len)
     forward = n_layers * per_layer + (2 * hidden * vocab_size if include_lm_head else 0)
-    return forward * _direction_factor(direction)
+    return forward * direction_factor(direction)
 
 
 def sparse_gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_size: int, *,
@@ -95,7 +95,7 @@ def sparse_gpt_flops_per_token(n_layers: int, hidden: int, seq_len: int, vocab_s
     dense_forward = gpt_flops_per_token(n_layers, hidden, seq_len, vocab_size, mlp_ratio=mlp_ratio,
                                         direction="forward", include_lm_head=include_lm_head)
     forward = dense_forward - dense_blocks + 2 * nonzero_block_weights
-    return forward * _direction_factor(direction)
+    return forward * direction_factor(direction)
 
 
 def tflops(flops: float, time_s: float) -> float:
@@ -105,7 +105,8 @@ def tflops(flops: float, time_s: float) -> float:
     return flops / time_s / 1e12
 
 
-def _direction_factor(direction: str) -> int:
+def direction_factor(direction: str) -> int:
+    """How many forwards' worth of work ``direction`` is: 1, or 3 with the backward."""
     if direction == "forward":
         return 1
     if direction == "forward_backward":

@@ -1,0 +1,200 @@
+"""What a model family answers: the protocol the engine, sparsity, predictor and adapters ask.
+
+A family is one folder under ``accel_kit/models/`` (``gpt2/``, ``llama/``) holding its typed
+config, its presets with their sources, its modules and its conversion to and from
+transformers, and one ``Family`` subclass that answers every question about its shape. The
+registry (``accel_kit.models.registry``) lists the families, one line each. Outside a family's
+folder no code reads a config field by name: it asks the family, or reads the family-neutral
+records below (``ModelShape``, ``FlopTerms``, ``AttentionShape``, ``PipelineStages``).
+
+FLOPs follow one convention for every family (``accel_kit.flops``): 2 FLOPs per multiply-add
+of a matrix product, attention over the full score matrix, backward twice the forward,
+recomputation not counted.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from torch import nn
+
+from accel_kit.flops import direction_factor
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What kernel selection needs: query heads, key/value heads (fewer under GQA), head dim."""
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shape that ran, family-neutral: what records and the predictor read.
+
+    ``vocab_size_model`` is the rows the output projection computes over (padded where the
+    config pads the embedding); ``ffn_hidden_size`` the MLP's inner width (GPT-2: 4h; Llama 3:
+    its SwiGLU width rule).
+    """
+
+    family: str
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size_model: int
+
+    def record(self) -> dict[str, Any]:
+        """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...)."""
+        return asdict(self)
+
+    @property
+    def attention(self) -> AttentionShape:
+        return AttentionShape(self.n_heads, self.n_kv_heads, self.head_dim)
+
+
+@dataclass(frozen=True)
+class FlopTerms:
+    """Forward FLOPs per token, by term (PaLM convention, see ``accel_kit.flops``).
+
+    ``matmul``: the weight matrices of the blocks counted; ``attention``: their score and
+    weighted-sum products over the full sequence; ``logits``: the output projection onto the
+    vocabulary (0 for a single block).
+    """
+
+    matmul: int
+    attention: int
+    logits: int = 0
+
+    @property
+    def forward(self) -> int:
+        return self.matmul + self.attention + self.logits
+
+    def total(self, direction: str = "forward_backward", *, include_lm_head: bool = True) -> int:
+        """FLOPs per token in ``direction``; ``include_lm_head=False`` leaves the logits out (PaLM's 6N)."""
+        return (self.forward - (0 if include_lm_head else self.logits)) * direction_factor(direction)
+
+    def sparse(self, nonzero_block_weights: int, direction: str = "forward_backward") -> int:
+        """*Effective* FLOPs per token when the block linears hold only ``nonzero_block_weights`` non-zeros.
+
+        Each non-zero weight costs 2 FLOPs per token forward; backward stays twice the forward, as
+        both of its products shrink with the weights (a pruned weight's gradient is discarded).
+        Attention and the (unpruned) output projection keep their dense counts.
+        """
+        return (self.forward - self.matmul + 2 * nonzero_block_weights) * direction_factor(direction)
+
+
+@dataclass(frozen=True)
+class PipelineStages:
+    """Where a model splits into pipeline stages, as attribute names on the model.
+
+    ``embedding``: modules that run before the first block; ``blocks``: the ``nn.ModuleList`` of
+    blocks; ``head``: modules after the last block (final norm, output projection).
+    """
+
+    embedding: tuple[str, ...]
+    blocks: str
+    head: tuple[str, ...]
+
+
+class Family(ABC):
+    """One model family. Subclasses set the class attributes and answer the methods from a config.
+
+    Every method takes the family's own config (``config_type``); the engine gets one from
+    ``accel_kit.models.get_config(preset, **overrides)`` and never reads its fields.
+    """
+
+    name: ClassVar[str]
+    config_type: ClassVar[type]
+    presets: ClassVar[dict[str, Any]]
+    sources: ClassVar[dict[str, str]]  # preset -> where its shape comes from
+    overridable: ClassVar[tuple[str, ...]]  # config fields a point may override (vocab_size, seq_len ...)
+    hf_model_class: ClassVar[str]  # transformers' class of the same architecture, e.g. "LlamaForCausalLM"
+
+    # --- building
+
+    @abstractmethod
+    def build(self, cfg: Any, *, activation_checkpointing: bool = False) -> nn.Module:
+        """The model, randomly initialised as the family initialises it (on the current default device).
+
+        ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``."""
+
+    @abstractmethod
+    def build_layer(self, cfg: Any, impl: str = "native") -> nn.Module:
+        """One transformer layer, ``(B, T, h) -> (B, T, h)``: ours (``native``) or transformers' (``hf``)."""
+
+    # --- shape and work
+
+    @abstractmethod
+    def shape(self, cfg: Any) -> ModelShape: ...
+
+    @abstractmethod
+    def layer_flop_terms(self, cfg: Any, seq_len: int) -> FlopTerms:
+        """Forward FLOPs per token of one layer at ``seq_len`` (no logits)."""
+
+    def flop_terms(self, cfg: Any, seq_len: int) -> FlopTerms:
+        """Forward FLOPs per token of the whole model: its layers and the output projection (2 h V)."""
+        shape = self.shape(cfg)
+        layer = self.layer_flop_terms(cfg, seq_len)
+        return FlopTerms(shape.n_layers * layer.matmul, shape.n_layers * layer.attention,
+                         2 * shape.hidden_size * shape.vocab_size_model)
+
+    @abstractmethod
+    def gemm_shapes(self, cfg: Any, tokens: int) -> tuple[tuple[int, int, int], ...]:
+        """The (M, K, N) products of one layer's linears on ``tokens`` rows, in forward order: the
+        products ``layer_flop_terms`` counts as matmul, so a measured peak can use the workload's shapes."""
+
+    # --- memory
+
+    @abstractmethod
+    def activation_bytes_per_layer(self, cfg: Any, micro_batch: int, seq_len: int, *, flash_attention: bool) -> int:
+        """Bytes one layer keeps for backward with 16-bit activations (Korthikanti et al. 2022's accounting)."""
+
+    @abstractmethod
+    def layer_weight_count(self, cfg: Any) -> int:
+        """Weights of one layer's linears (the microbenchmark's memory floor)."""
+
+    # --- structure
+
+    @abstractmethod
+    def prunable_linears(self, model: nn.Module) -> list[tuple[str, nn.Linear]]:
+        """The linears weight sparsity prunes (every block's; embeddings, norms and the head stay dense)."""
+
+    @abstractmethod
+    def pipeline_stages(self, model: nn.Module) -> PipelineStages: ...
+
+    # --- transformers
+
+    @abstractmethod
+    def to_hf(self, model: nn.Module) -> nn.Module:
+        """transformers' own model (``hf_model_class``) holding a copy of ``model``'s weights."""
+
+    @abstractmethod
+    def from_hf(self, hf_model: nn.Module) -> nn.Module:
+        """Our model holding a copy of a transformers model's weights."""
+
+    @abstractmethod
+    def hf_config(self, cfg: Any) -> Any:
+        """transformers' config of the same shape (SDPA attention, no dropout unless the config has it)."""
+
+    # --- overrides
+
+    def with_overrides(self, cfg: Any, **overrides: Any) -> Any:
+        """``cfg`` with ``overrides`` (fields in ``overridable``; None leaves a field as it is)."""
+        from dataclasses import replace
+
+        from accel_kit.errors import ParameterError
+
+        bad = sorted(set(overrides) - set(self.overridable))
+        if bad:
+            raise ParameterError(f"model override {bad[0]!r} is not one the {self.name} family has; "
+                                 f"allowed: {', '.join(self.overridable)}")
+        try:
+            return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+        except ValueError as exc:  # the config's own check of the shape
+            raise ParameterError(str(exc)) from None
