@@ -32,9 +32,13 @@ T, B = ("train",), ("block",)
 
 _DECLARED = [
     # --- the model and the work (known before the run)
+    Metric("family", "text", "the model family that ran (gpt2, llama)", T + B),
     Metric("n_layers", "1", "transformer blocks of the model that ran", T),
-    Metric("n_heads", "1", "attention heads per block", T),
-    Metric("hidden_size", "1", "model width", T),
+    Metric("n_heads", "1", "attention (query) heads per block", T + B),
+    Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)", T + B),
+    Metric("head_dim", "1", "width of one attention head", T),
+    Metric("hidden_size", "1", "model width", T + B),
+    Metric("ffn_hidden_size", "1", "the MLP's inner width", T + B),
     Metric("vocab_size_model", "1", "the embedding's rows, padded", T),
     Metric("n_params", "1", "trainable parameters (a tied embedding once)", T),
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),

@@ -34,7 +34,7 @@ from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.data import SyntheticBatches
 from accel_kit.devices import PRECISIONS, dtype_of, get_adapter
 from accel_kit.models import PRESETS, build_model
-from accel_kit.models.hf import to_hf
+from accel_kit.models.gpt2.hf import to_hf
 from accel_kit.engine import OptimConfig, Trainer
 from accel_kit.engine.step import cast_for_precision, optim_for_point
 from accel_kit.engine.point import TrainPoint

@@ -6,8 +6,8 @@ import torch
 from transformers import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from accel_kit.models import block as block_mod
-from accel_kit.models.block import Block, BlockConfig
+from accel_kit.models.gpt2 import block as block_mod
+from accel_kit.models.gpt2.block import Block, BlockConfig
 from numerics import assert_close_sums
 
 CFG = BlockConfig(hidden_size=64, n_heads=4)

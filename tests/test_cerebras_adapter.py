@@ -90,7 +90,7 @@ def test_matmul_peak_runs_on_the_host_backend_only():
 def test_block_points_it_cannot_run():
     from accel_kit.studies.microbenchmark import BlockPoint
 
-    block = dict(system="cerebras-cpu", impl="native", hidden_size=64, n_heads=4, mlp_ratio=4, seq_len=32,
+    block = dict(system="cerebras-cpu", impl="native", preset="gpt2-debug", seq_len=32,
                  batch_size=2, direction="forward", warmup=1, trials=1, tf32=False, torch_compile=False,
                  noisy_cv=0.05, seed=0)
     cpu, csx = get_adapter("cerebras", {"backend": "CPU"}), get_adapter("cerebras", {"backend": "CSX"})

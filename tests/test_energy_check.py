@@ -22,7 +22,7 @@ def test_every_record_has_the_energy_fields(out_dir):
     """Through the sweep runner on this machine: measured points and points that never ran alike."""
     from accel_kit import studies
 
-    run = studies.run_study("microbenchmark", "cpu", "quick", progress=False, hidden_size=32, n_heads=2, seq_len=8,
+    run = studies.run_study("microbenchmark", "cpu", "quick", progress=False, preset="gpt2-debug", seq_len=8,
                             batch_sizes=[1, 100_000_000], precisions=["fp32"], directions=["forward"],
                             impls=["native"], warmup=1, trials=2, measure_peak=False, time_budget_s=None)
     assert [r["status"] for r in run.records] == ["ok", "unsupported"]

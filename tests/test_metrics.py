@@ -42,7 +42,7 @@ def test_a_training_record_carries_declared_metrics_only():
 
 
 def test_a_block_record_carries_declared_metrics_only():
-    point = BlockPoint(system="cpu", impl="native", precision="fp32", hidden_size=32, n_heads=2, mlp_ratio=4,
+    point = BlockPoint(system="cpu", impl="native", precision="fp32", preset="gpt2-debug",
                        seq_len=16, batch_size=2, direction="forward_backward", warmup=1, trials=2, tf32=False,
                        torch_compile=False, noisy_cv=0.5, seed=0)
     found = _measured(point)

@@ -10,7 +10,7 @@ from accel_kit import peaks, results, studies
 from accel_kit.engine import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = dict(hidden_size=64, n_heads=4, seq_len=16, batch_sizes=[1, 2], precisions=["fp32", "bf16"],
+TINY = dict(preset="gpt2-debug", seq_len=16, batch_sizes=[1, 2], precisions=["fp32", "bf16"],
             impls=["native"], warmup=1, trials=2, time_budget_s=None)
 
 
@@ -64,7 +64,7 @@ def test_point_that_cannot_fit_is_unsupported_before_allocation(out_dir):
 
 
 def test_point_over_its_time_budget_is_skipped_with_the_estimate(out_dir):
-    run = _run(hidden_size=1600, n_heads=25, seq_len=256, precisions=["fp32"], batch_sizes=[4],
+    run = _run(preset="gpt2-xl", seq_len=256, precisions=["fp32"], batch_sizes=[4],
                directions=["forward_backward"], time_budget_s=0.001, measure_peak=False)
     rec = run.records[0]
     assert rec["status"] == "skipped" and "time budget" in rec["reason"] and "FLOPs" in rec["reason"]

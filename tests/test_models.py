@@ -4,7 +4,7 @@ import torch
 from accel_kit.errors import ParameterError
 from accel_kit.models import (IGNORE_INDEX, PRESETS, build_model, count_params, estimate_training_memory, fits,
                               get_config)
-from accel_kit.models.hf import from_hf, to_hf
+from accel_kit.models.gpt2.hf import from_hf, to_hf
 from numerics import assert_close_sums, eps, gpt_forward_terms
 
 

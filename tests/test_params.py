@@ -12,7 +12,7 @@ from accel_kit.studies.microbenchmark import Params
 def test_profiles_exist_and_validate():
     assert {"quick", "full"} <= set(profiles("microbenchmark"))
     full = studies.resolve("microbenchmark", "full")
-    assert full.batch_sizes == [8, 16, 32, 64] and full.seq_len == 1024 and full.hidden_size == 1600
+    assert full.batch_sizes == [8, 16, 32, 64] and full.seq_len == 1024 and full.preset == "gpt2-xl"
     assert full.precisions == ["fp32", "fp16", "bf16"]
 
 
@@ -34,13 +34,30 @@ def test_strings_are_yaml_parsed_like_the_cli():
     ({"precisions": ["fp8"]}, "parameter 'precisions[0]'"),
     ({"impls": ["flash"]}, "parameter 'impls[0]'"),
     ({"trials": 0}, "parameter 'trials'"),
-    # a check over two fields names both, with the values given
-    ({"hidden_size": 100, "n_heads": 3}, "parameters 'hidden_size' and 'n_heads': hidden_size 100 is not a multiple "
-                                         "of n_heads 3 (given hidden_size=100, n_heads=3)"),
+    ({"preset": "gpt5"}, "parameter 'preset': unknown model preset 'gpt5'"),
 ])
 def test_bad_values_one_line(overrides, message):
     with pytest.raises(ParameterError, match=re.escape(message)) as info:
         studies.resolve("microbenchmark", "quick", **overrides)
+    assert "\n" not in str(info.value)
+
+
+class _TwoFields(StudyParams):
+    hidden_size: int = 64
+    n_heads: int = 4
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "_TwoFields":
+        if self.hidden_size % self.n_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
+        return self
+
+
+def test_a_check_over_two_fields_names_both_with_the_values_given():
+    with pytest.raises(ParameterError, match=re.escape(
+            "parameters 'hidden_size' and 'n_heads': hidden_size 100 is not a multiple of n_heads 3 "
+            "(given hidden_size=100, n_heads=3)")) as info:
+        validate(_TwoFields, {"hidden_size": 100, "n_heads": 3}, study="toy")
     assert "\n" not in str(info.value)
 
 

@@ -42,7 +42,7 @@ NO_SEQ = {k: v for k, v in TRAIN.items() if k != "seq_len"}
 # Seconds each; one point per worker process. 2**21 tokens cannot fit (unsupported before any
 # allocation), and 2**22 lies past that memory frontier (skipped without a worker).
 RUNS = {
-    "microbenchmark": dict(hidden_size=64, n_heads=4, seq_len=16, batch_sizes=[1], precisions=["fp32"],
+    "microbenchmark": dict(preset="gpt2-debug", seq_len=16, batch_sizes=[1], precisions=["fp32"],
                            impls=["native"], warmup=1, trials=2, timeout_s=180),
     "scaling": dict(TRAIN, device_counts=[1, 2]),
     "seq_length": dict(NO_SEQ, seq_lens=[16, 2**21, 2**22]),

@@ -12,7 +12,8 @@ from accel_kit import flops, results, studies
 from accel_kit import sparsity as S
 from accel_kit.devices import get_adapter
 from accel_kit.errors import ParameterError
-from accel_kit.models import build_model
+from accel_kit.models import build_model, family_of, get_config
+from accel_kit.models.gpt2 import flops as gpt2_flops
 from accel_kit.engine import OptimConfig, Trainer
 from accel_kit.engine.step import cast_for_precision
 from accel_kit.engine.point import TrainPoint
@@ -342,12 +343,14 @@ def test_two_four_kernel_matches_dense_on_gpu():
 def test_effective_flops_against_hand_count():
     L, h, s, V = 2, 64, 16, 97
     block_weights = L * (4 + 2 * 4) * h * h  # QKV 3h^2 + proj h^2 + MLP 8h^2, per layer
-    dense = flops.gpt_flops_per_token(L, h, s, V)
-    assert flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=block_weights) == dense
+    dense = gpt2_flops.gpt_flops_per_token(L, h, s, V)
+    assert gpt2_flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=block_weights) == dense
     nnz = block_weights // 10
     # 3 x (2 FLOPs per non-zero weight + attention 4 s h per layer + output projection 2 h V)
     expected = 3 * (2 * nnz + L * 4 * s * h + 2 * h * V)
-    assert flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=nnz) == expected
+    assert gpt2_flops.sparse_gpt_flops_per_token(L, h, s, V, nonzero_block_weights=nnz) == expected
+    cfg = get_config("gpt2-debug", vocab_size=V)  # the family's terms, which training records use, agree
+    assert family_of(cfg).flop_terms(cfg, s).sparse(nnz) == expected
     model = _model()
     sparse = S.WeightSparsity(model, 0.9)
     assert sparse.nonzero_weights() == block_weights - sum(round(0.9 * layer.mask.numel()) for layer in sparse.layers)

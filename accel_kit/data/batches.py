@@ -23,7 +23,7 @@ import torch
 
 from accel_kit.data.store import read_meta
 from accel_kit.errors import DataError
-from accel_kit.models.gpt import IGNORE_INDEX  # targets the loss skips (padding)
+from accel_kit.models.family import IGNORE_INDEX  # targets the loss skips (padding)
 
 
 def rank_seed(seed: int, rank: int) -> int:

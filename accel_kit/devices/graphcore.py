@@ -173,9 +173,10 @@ class PopTorchAdapter(BaseAdapter):
                     "weights stay on the IPUs for the whole call")
         if point.attention_kernel != "auto":
             return f"attention_kernel {point.attention_kernel!r} picks a torch SDPA kernel; Poplar lowers attention itself"
-        from accel_kit.models import get_config
+        from accel_kit.models import family_of, get_config
 
-        n_layers = get_config(point.preset).n_layers
+        cfg = get_config(point.preset)
+        n_layers = family_of(cfg).shape(cfg).n_layers
         layers = self.layers_per_ipu(n_layers)
         if len(layers) != k or sum(layers) != n_layers:
             return f"layers_per_ipu {layers} must give {k} IPUs {n_layers} blocks in all"
@@ -218,6 +219,10 @@ class PopTorchModel(ProgrammingModel):
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
         import poptorch
 
+        from accel_kit.models import family_of_model
+
+        stages = family_of_model(model).pipeline_stages(model)  # where the family splits: attribute names
+        blocks = getattr(model, stages.blocks)
         model.train()
         if point.precision == "fp16":
             model.half()  # fp16 weights, as Graphcore's GPT-2 (the optimizer keeps its own accumulators)
@@ -225,15 +230,16 @@ class PopTorchModel(ProgrammingModel):
             # The IPU's form of recomputation: a checkpoint on each block's output (Graphcore's
             # recompute_checkpoint_every_layer) instead of torch.utils.checkpoint, which PopTorch does not trace.
             model.activation_checkpointing = False
-            for block in model.h:
+            for block in blocks:
                 block.register_forward_hook(lambda module, inputs, out: poptorch.recomputationCheckpoint(out))
         if self.adapter.options.ipus_per_replica > 1:
             # A block starts a stage on its IPU; what follows stays there until the next block. The
-            # embedding and the output projection tied to it on IPU 0, as in Graphcore's GPT-2.
-            model.wte = poptorch.BeginBlock(model.wte, "wte", ipu_id=0)
-            for i, ipu in self.adapter.stage_starts(len(model.h)).items():
-                model.h[i] = poptorch.BeginBlock(model.h[i], f"block{i}", ipu_id=ipu)
-            model.lm_head = poptorch.BeginBlock(model.lm_head, "lm_head", ipu_id=0)
+            # embedding and the output projection (tied to it in GPT-2) on IPU 0, as in Graphcore's GPT-2.
+            first, head = stages.embedding[0], stages.head[-1]
+            setattr(model, first, poptorch.BeginBlock(getattr(model, first), first, ipu_id=0))
+            for i, ipu in self.adapter.stage_starts(len(blocks)).items():
+                blocks[i] = poptorch.BeginBlock(blocks[i], f"block{i}", ipu_id=ipu)
+            setattr(model, head, poptorch.BeginBlock(getattr(model, head), head, ipu_id=0))
         return LossOnly(model)
 
     def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,

@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -237,7 +236,10 @@ def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter
     """Everything a PEF depends on; its hash names the PEF. ``eager``: the engine's eager programming model
     (the point's optimizer settings and AdamW groups, which the compile process cannot ask the engine for)."""
     optim = eager.optim_for_point(point)
-    spec = {"config": asdict(model.model.cfg), "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
+    from accel_kit.models import family_of
+
+    family = family_of(model.model.cfg)
+    spec = {"family": family.name, "config": family.config_dict(model.model.cfg), "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
             "data_parallel": world > 1, "tiles": adapter.options.tiles_per_instance,
             "compiler_args": list(adapter.options.compiler_args),
             "optim": {"lr": optim.lr, "weight_decay": optim.weight_decay, "grad_clip": optim.grad_clip,
@@ -268,9 +270,11 @@ def compile_pef(spec: dict[str, Any]) -> None:
     from sambaflow import samba
     from sambaflow.samba.utils.argparser import parse_app_args
 
-    from accel_kit.models.gpt import GPT, GPTConfig
+    from accel_kit.models import FAMILIES
 
-    model = samba_model(samba, GPT(GPTConfig(**spec["config"])))  # the graph, not the weights, is compiled
+    family = FAMILIES[spec["family"]]
+    # the graph, not the weights, is compiled
+    model = samba_model(samba, family.build(family.config_from_dict(spec["config"])))
     optims = samba_optimizers(samba, model, spec)
     shape = (spec["micro_batch_size"], spec["seq_len"])
     inputs = samba_inputs(samba, torch.zeros(shape, dtype=torch.int32), torch.zeros(shape, dtype=torch.int32))

@@ -75,12 +75,14 @@ class _OpNames(TorchDispatchMode):
 
 
 def probe_attention_kernel(kernel: AttentionKernel, *, n_heads: int, head_dim: int, seq_len: int,
-                           device: torch.device, dtype: torch.dtype | None) -> dict:
+                           device: torch.device, dtype: torch.dtype | None, n_kv_heads: int | None = None) -> dict:
     """Run one causal SDPA call of the training shape and report the kernel that ran.
 
     Args:
         kernel: the point's choice ("auto" or a forced kernel).
         n_heads, head_dim, seq_len: the model's attention shape.
+        n_kv_heads: key/value heads where fewer than ``n_heads`` (grouped-query attention: the models
+            call SDPA with ``enable_gqa``, and so does the probe).
         device: where training runs.
         dtype: the autocast dtype of mixed precision, or None for fp32.
 
@@ -96,16 +98,19 @@ def probe_attention_kernel(kernel: AttentionKernel, *, n_heads: int, head_dim: i
     # mask and grad, not on the batch, and batch 1 keeps the probe's memory small.
     # requires_grad: some fused kernels have no backward for some inputs, so training may
     # choose differently from inference.
-    q, k, v = (torch.randn(1, n_heads, seq_len, head_dim, device=device, dtype=dtype or torch.float32,
-                           requires_grad=True) for _ in range(3))  # (B, nh, T, hs)
+    kv_heads = n_kv_heads or n_heads
+    q, k, v = (torch.randn(1, heads, seq_len, head_dim, device=device, dtype=dtype or torch.float32,
+                           requires_grad=True) for heads in (n_heads, kv_heads, kv_heads))  # (B, nh, T, hs)
+    gqa = {"enable_gqa": True} if kv_heads != n_heads else {}
     autocast = (torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext())
     try:
         with attention_context(kernel), autocast, _OpNames() as ops:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
     except RuntimeError as exc:
         if kernel != "auto" and ("No viable backend" in str(exc) or "No available kernel" in str(exc)):
             raise AttentionKernelUnavailable(
-                f"attention kernel {kernel!r} is not available on {device.type} for heads {n_heads} x "
+                f"attention kernel {kernel!r} is not available on {device.type} for heads {n_heads} "
+                f"({kv_heads} key/value) x "
                 f"head dim {head_dim}, seq {seq_len}, {dtype or torch.float32}") from None
         raise
     ran, op = kernel_of_ops(ops.names)

@@ -1,7 +1,7 @@
 """What a microbenchmark point adds to the shared measurement path (``accel_kit.engine.measurement``).
 
-One transformer block (ours, or transformers' ``GPT2Block`` of the same shape with SDPA
-attention), cast to the point's precision (weights and activations, as the paper's
+One layer of the point's model preset (ours, ours under ``torch.compile``, or transformers'
+layer of the same shape with SDPA attention: the family builds each), cast to the point's precision (weights and activations, as the paper's
 microbenchmark does), timed forward or forward and backward as the device's programming
 model runs one iteration. fp32 means true fp32 (TF32 off) unless the point sets ``tf32``.
 """
@@ -14,24 +14,18 @@ import torch
 from accel_kit import flops as F
 from accel_kit.engine.eager import programming_model
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
-from accel_kit.models.block import Block, BlockConfig
+from accel_kit.models import family_of, get_config
 from accel_kit.models.memory import estimate_block_memory
 from accel_kit.precision import dtype_of
 from accel_kit.timing import Timing
 
 
-def build_block(impl: str, cfg: BlockConfig, seq_len: int) -> torch.nn.Module:
-    """Our block, or transformers' GPT2Block (SDPA attention) of the same shape."""
-    if impl == "native":
-        return Block(cfg)
-    from transformers import GPT2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+def build_block(impl: str, cfg: Any) -> torch.nn.Module:
+    """One layer of ``cfg``'s family: ours (``native``, ``compiled``: compiled by the caller) or transformers'."""
+    return family_of(cfg).build_layer(cfg, "hf" if impl == "hf" else "native")
 
-    hf_cfg = GPT2Config(n_embd=cfg.hidden_size, n_head=cfg.n_heads, n_inner=cfg.mlp_ratio * cfg.hidden_size,
-                        n_positions=seq_len, layer_norm_epsilon=cfg.layer_norm_eps, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0)
-    hf_cfg._attn_implementation = "sdpa"
-    return GPT2Block(hf_cfg, layer_idx=0)
+
+BLOCK_SHAPE_FIELDS = ("family", "hidden_size", "n_heads", "n_kv_heads", "ffn_hidden_size")
 
 
 class BlockMeasurement(KindMeasurement):
@@ -42,17 +36,23 @@ class BlockMeasurement(KindMeasurement):
     def __init__(self, point: Any, ctx: Any):
         super().__init__(point, ctx, tf32=point.tf32)  # the block's fp32 is true fp32 unless asked
         self.dtype = dtype_of(point.precision)
-        self.cfg = BlockConfig(point.hidden_size, point.n_heads, point.mlp_ratio,
-                               narrow_linear_fast_path=ctx.adapter.narrow_linear_fast_path(self.dtype))
-        self.flops = F.block_flops(point.batch_size, point.seq_len, self.cfg.hidden_size, mlp_ratio=self.cfg.mlp_ratio,
-                                   direction=point.direction)
-        self.base = {"flops": self.flops}  # FLOPs of one timed iteration: tflops == flops / time_median_s / 1e12
-        self.out["model"] = f"gpt2-block-h{point.hidden_size}"
+        overrides = {"seq_len": point.seq_len}  # the layer's position tables (RoPE) cover the point's sequence
+        self.family = family_of(point.preset)
+        if "narrow_linear_fast_path" in self.family.overridable:
+            overrides["narrow_linear_fast_path"] = ctx.adapter.narrow_linear_fast_path(self.dtype)
+        self.cfg = get_config(point.preset, **overrides)
+        self.shape = self.family.shape(self.cfg)
+        tokens = point.batch_size * point.seq_len
+        self.flops = tokens * self.family.layer_flop_terms(self.cfg, point.seq_len).total(point.direction)
+        # FLOPs of one timed iteration (tflops == flops / time_median_s / 1e12), and the layer's shape.
+        shape = self.shape.record()
+        self.base = {"flops": self.flops} | {k: shape[k] for k in BLOCK_SHAPE_FIELDS}
+        self.out["model"] = f"{self.shape.family}-block-h{self.shape.hidden_size}"
 
     def fit(self) -> dict | None:
         p = self.point
-        need = estimate_block_memory(p.batch_size, p.seq_len, self.cfg.hidden_size, self.cfg.mlp_ratio,
-                                     self.dtype.itemsize, backward=p.direction == "forward_backward")
+        need = estimate_block_memory(self.cfg, p.batch_size, p.seq_len, self.dtype.itemsize,
+                                     backward=p.direction == "forward_backward")
         device_bytes = self.ctx.adapter.total_memory_bytes()
         if device_bytes is not None and need > 0.9 * device_bytes:
             return self.result("unsupported", f"does not fit: needs at least {need / GiB:.1f} GiB, device has "
@@ -65,11 +65,11 @@ class BlockMeasurement(KindMeasurement):
     def setup(self) -> Window:
         p, device = self.point, self.ctx.device
         torch.manual_seed(p.seed)
-        module = build_block(p.impl, self.cfg, p.seq_len).to(device=device, dtype=self.dtype)
-        if p.torch_compile:
+        module = build_block(p.impl, self.cfg).to(device=device, dtype=self.dtype)
+        if p.torch_compile or p.impl == "compiled":
             module = torch.compile(module)
         backward = p.direction == "forward_backward"
-        x = torch.randn(p.batch_size, p.seq_len, self.cfg.hidden_size, device=device, dtype=self.dtype,
+        x = torch.randn(p.batch_size, p.seq_len, self.shape.hidden_size, device=device, dtype=self.dtype,
                         requires_grad=backward)
         # One iteration as the device's programming model runs it (eager PyTorch by default).
         step = programming_model(self.ctx.adapter).make_block_step(p, module, x,

@@ -111,7 +111,7 @@ class EagerModel:
     def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
         (``grad_out`` given)."""
-        from accel_kit.models.hf import block_output
+        from accel_kit.models.family import layer_output as block_output
 
         if grad_out is None:
             def step():

@@ -179,19 +179,18 @@ def _hash(fields: dict[str, Any]) -> str:
 
 
 Direction = Literal["forward", "forward_backward"]
-Impl = Literal["native", "hf"]
+# native: our layer; hf: transformers' layer of the same shape; compiled: ours under torch.compile.
+Impl = Literal["native", "hf", "compiled"]
 
 
 class BlockPoint(Point):
-    """One microbenchmark point: a transformer block of this shape, in this precision, timed in one direction."""
+    """One microbenchmark point: one layer of a model preset, in this precision, timed in one direction."""
 
     kind: Literal["block"] = "block"
     ENERGY_WORK: ClassVar[str | None] = "flops"  # its records' energy figure is FLOPs per joule
     RATE_METRIC: ClassVar[str | None] = "tflops"  # one device: the block's TFLOP/s is per device
     impl: Impl
-    hidden_size: PositiveInt
-    n_heads: PositiveInt
-    mlp_ratio: PositiveInt
+    preset: str  # the model whose layer is timed (any family's)
     seq_len: PositiveInt
     batch_size: PositiveInt
     direction: Direction

@@ -1,6 +1,6 @@
 """What a training point adds to the shared measurement path (``accel_kit.engine.measurement``).
 
-Its shape and FLOPs from the model preset, its fit check (the memory estimate, first with
+Its shape and FLOPs from the model preset's family, its fit check (the memory estimate, first with
 fused attention as the least it could need, then with the kernel the probe found), its
 model, sparsity and trainer from the programming model (eager PyTorch or the vendor's,
 ``accel_kit.engine.eager``), and its metrics: tokens/s, samples/s, TFLOP/s per device,
@@ -14,7 +14,7 @@ from accel_kit import flops as F
 from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
 from accel_kit.engine.eager import point_batches, programming_model
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
-from accel_kit.models import build_model, count_params, estimate_training_memory, fits, get_config
+from accel_kit.models import build_model, count_params, estimate_training_memory, family_of, fits, get_config
 from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
 
@@ -32,14 +32,17 @@ class TrainMeasurement(KindMeasurement):
     def __init__(self, point: Any, ctx: Any):
         super().__init__(point, ctx)  # training's fp32 is true fp32 (its datasheet peak is the fp32 one)
         dtype = dtype_of(point.precision)
-        self.overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple,
-                          "narrow_linear_fast_path": ctx.adapter.narrow_linear_fast_path(dtype)}
+        self.family = family_of(point.preset)
+        self.overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple}
+        if "narrow_linear_fast_path" in self.family.overridable:  # a GPT-2 kernel choice the adapter makes
+            self.overrides["narrow_linear_fast_path"] = ctx.adapter.narrow_linear_fast_path(dtype)
         if point.vocab_size:
             self.overrides["vocab_size"] = point.vocab_size
         self.cfg = cfg = get_config(point.preset, **self.overrides)
+        self.shape = self.family.shape(cfg)
         self.n_params = count_params(point.preset, **self.overrides)
-        self.flops_per_token = F.gpt_flops_per_token(cfg.n_layers, cfg.hidden_size, point.seq_len,
-                                                     cfg.padded_vocab_size, mlp_ratio=cfg.mlp_ratio)
+        self.flop_terms = self.family.flop_terms(cfg, point.seq_len)
+        self.flops_per_token = self.flop_terms.total()
         # One timed call (trainer.step()) runs ``steps_per_call`` optimizer steps of the global batch
         # (micro-batch x gas x replicas), shared by the point's devices: with torch's data parallelism
         # (one replica per device, one step per call) each device's micro-batch x gas. The adapter's
@@ -50,8 +53,7 @@ class TrainMeasurement(KindMeasurement):
         self.flops_per_call_per_device = share(self.flops_per_token * self.tokens_per_call, point.devices)
         # The shape that ran: presets of one name may differ between vendors (GPT-2 XL: 25 heads here and in
         # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
-        self.base = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "hidden_size": cfg.hidden_size,
-                     "vocab_size_model": cfg.padded_vocab_size, "n_params": self.n_params,
+        self.base = self.shape.record() | {"n_params": self.n_params,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
                      "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
                      "tokens_per_step": point.global_batch_size * point.seq_len}
@@ -89,11 +91,12 @@ class TrainMeasurement(KindMeasurement):
     def _attention(self) -> dict | None:
         """Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
         A device whose graph compiler lowers attention itself says so instead of a probe of torch's dispatch."""
-        p, cfg = self.point, self.cfg
+        p, attention = self.point, self.shape.attention
         known = self.ctx.adapter.attention_kernel(p)
         try:
             self.base |= known if known is not None else probe_attention_kernel(
-                p.attention_kernel, n_heads=cfg.n_heads, head_dim=cfg.hidden_size // cfg.n_heads, seq_len=p.seq_len,
+                p.attention_kernel, n_heads=attention.n_heads, n_kv_heads=attention.n_kv_heads,
+                head_dim=attention.head_dim, seq_len=p.seq_len,
                 device=self.ctx.device, dtype=spec(p.precision).dtype if spec(p.precision).mixed else None)
         except AttentionKernelUnavailable as exc:
             return self.result("unsupported", str(exc))
@@ -117,7 +120,7 @@ class TrainMeasurement(KindMeasurement):
                                                   **self.overrides), p, ctx.device)
         # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
         self.sparse = runtime.make_sparsity(model, p, ctx.device)
-        batches = point_batches(p, self.cfg.vocab_size, ctx.rank)
+        batches = point_batches(p, self.shape.vocab_size, ctx.rank)
         self.trainer = runtime.make_trainer(p, model, batches, ctx.device, ctx.world,
                                             after_step=self.sparse.apply_masks if self.sparse.active else None)
         # trainer.step() returns the loss as a float, which syncs the device; the clock syncs around it too.
@@ -152,7 +155,7 @@ class TrainMeasurement(KindMeasurement):
             "loss_last": self.losses[-1],
             "losses": self.losses,
         }
-        metrics |= record_metrics(self.sparse_metrics, self.cfg, p.seq_len, self.flops_per_call_per_device,
+        metrics |= record_metrics(self.sparse_metrics, self.flop_terms, self.flops_per_call_per_device,
                                   self.tokens_per_call_per_device, step_s, self.finetune_losses)
         extra = getattr(self.trainer, "extra_metrics", None)  # a runtime's own figures (e.g. cstorch's rate tracker)
         if extra is not None:

@@ -1,12 +1,16 @@
-"""Models: the GPT-2 block (microbenchmark) and the GPT model zoo built from it.
+"""Models: one folder per family (``gpt2/``, ``llama/``), the family protocol and the registry.
 
-    from accel_kit.models import PRESETS, build_model, count_params
+    from accel_kit.models import build_model, count_params, family_of, family_of_model,
+                                      get_config
     model = build_model("gpt2-xl", seq_len=2048)
+    cfg = get_config("gpt2-xl"); family_of(cfg).flop_terms(cfg, seq_len=2048).total()
 """
-from accel_kit.models.block import Block, BlockConfig
-from accel_kit.models.gpt import GPT, IGNORE_INDEX, GPTConfig
+from accel_kit.models.family import (IGNORE_INDEX, AttentionShape, Family, FlopTerms, ModelShape, PipelineStages,
+                                     layer_output)
 from accel_kit.models.memory import MemoryEstimate, estimate_training_memory, fits
-from accel_kit.models.presets import PRESETS, build_model, count_params, get_config
+from accel_kit.models.registry import (FAMILIES, PRESETS, build_model, count_params, family_of, family_of_model,
+                                       get_config)
 
-__all__ = ["Block", "BlockConfig", "GPT", "GPTConfig", "IGNORE_INDEX", "PRESETS", "build_model", "count_params",
-           "get_config", "MemoryEstimate", "estimate_training_memory", "fits"]
+__all__ = ["AttentionShape", "FAMILIES", "Family", "FlopTerms", "IGNORE_INDEX", "MemoryEstimate", "ModelShape",
+           "PRESETS", "PipelineStages", "build_model", "count_params", "estimate_training_memory", "family_of",
+           "family_of_model", "fits", "get_config", "layer_output"]

@@ -21,6 +21,13 @@ from torch import nn
 
 from accel_kit.flops import direction_factor
 
+IGNORE_INDEX = -100  # targets with this value (padding) do not count in any family's loss
+
+
+def layer_output(out: Any) -> Any:
+    """The hidden states a layer returns: transformers 4.x's layers return a tuple, 5.x's and ours a tensor."""
+    return out[0] if isinstance(out, tuple) else out
+
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -36,8 +43,8 @@ class ModelShape:
     """The shape that ran, family-neutral: what records and the predictor read.
 
     ``vocab_size_model`` is the rows the output projection computes over (padded where the
-    config pads the embedding); ``ffn_hidden_size`` the MLP's inner width (GPT-2: 4h; Llama 3:
-    its SwiGLU width rule).
+    config pads the embedding), ``vocab_size`` the tokenizer's tokens (the ids data may hold);
+    ``ffn_hidden_size`` the MLP's inner width (GPT-2: 4h; Llama 3: its SwiGLU width rule).
     """
 
     family: str
@@ -48,10 +55,14 @@ class ModelShape:
     head_dim: int
     ffn_hidden_size: int
     vocab_size_model: int
+    vocab_size: int
 
     def record(self) -> dict[str, Any]:
-        """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...)."""
-        return asdict(self)
+        """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
+        the tokenizer's vocabulary is a point parameter already, so it is left out."""
+        fields = asdict(self)
+        del fields["vocab_size"]
+        return fields
 
     @property
     def attention(self) -> AttentionShape:
@@ -181,6 +192,15 @@ class Family(ABC):
     @abstractmethod
     def hf_config(self, cfg: Any) -> Any:
         """transformers' config of the same shape (SDPA attention, no dropout unless the config has it)."""
+
+    # --- configs as data (a compile process of its own rebuilds the model from them)
+
+    def config_dict(self, cfg: Any) -> dict[str, Any]:
+        return asdict(cfg)
+
+    def config_from_dict(self, data: dict[str, Any]) -> Any:
+        """The inverse of ``config_dict``; a family with nested config records overrides it."""
+        return self.config_type(**data)
 
     # --- overrides
 

@@ -6,12 +6,13 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from accel_kit import flops as F
+from accel_kit.models.family import FlopTerms
 from accel_kit.precision import spec
 
 GiB = 2**30
@@ -22,14 +23,14 @@ MEMORY_TERMS = ("runtime_baseline", "estimate", "accumulation_working_set")
 
 @dataclass(frozen=True)
 class StepShape:
-    """What one data-parallel rank computes per optimizer step."""
+    """What one data-parallel rank computes per optimizer step (of any family: its shape and FLOP terms)."""
 
     preset: str
     n_layers: int
     hidden: int
-    n_heads: int
     vocab: int  # padded vocabulary the LM head computes over
     n_params: int
+    flop_terms: FlopTerms  # the family's forward FLOPs per token at seq_len
     seq_len: int
     micro_batch_size: int
     gas: int = 1
@@ -38,6 +39,7 @@ class StepShape:
     engine: str = "ddp"
     activation_checkpointing: bool = False
     flash_attention: bool = True
+    cfg: Any = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
 
     @property
     def tokens_per_step_per_device(self) -> int:
@@ -45,16 +47,15 @@ class StepShape:
 
     @property
     def flops_per_step_per_device(self) -> float:
-        return self.tokens_per_step_per_device * F.gpt_flops_per_token(self.n_layers, self.hidden, self.seq_len,
-                                                                        self.vocab)
+        return self.tokens_per_step_per_device * self.flop_terms.total()
 
     def work(self) -> np.ndarray:
         """Work per optimizer step for each of ``TERMS``."""
         tokens = self.tokens_per_step_per_device
         recompute = 4 / 3 if self.activation_checkpointing else 1.0
         backward = 1 + F.BACKWARD_TO_FORWARD
-        matmul = tokens * (self.n_layers * F.block_matmul_flops_per_token(self.hidden) + 2 * self.hidden * self.vocab)
-        attention = tokens * self.n_layers * F.attention_flops_per_token(self.hidden, self.seq_len)
+        matmul = tokens * (self.flop_terms.matmul + self.flop_terms.logits)
+        attention = tokens * self.flop_terms.attention
         return np.array([matmul * backward * recompute, attention * backward * recompute,
                          tokens * self.n_layers * self.hidden * recompute, tokens * self.vocab,
                          self.gas * self.n_layers, self.n_params], dtype=float)
@@ -71,10 +72,9 @@ class StepShape:
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
-        from accel_kit.models import estimate_training_memory, get_config
+        from accel_kit.models import estimate_training_memory
 
-        cfg = get_config(self.preset, seq_len=self.seq_len, vocab_size=self.vocab)
-        return estimate_training_memory(cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
+        return estimate_training_memory(self.cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
                                         activation_checkpointing=self.activation_checkpointing,
                                         flash_attention=self.flash_attention,
                                         zero_shards=self.devices if self.engine == "deepspeed" else 1)
@@ -93,12 +93,14 @@ def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1,
               precision: str = "bf16", engine: str = "ddp", activation_checkpointing: bool = False,
               vocab_size: int | None = None, flash_attention: bool = True) -> StepShape:
     """The step shape of a model preset at these settings."""
-    from accel_kit.models import count_params, get_config
+    from accel_kit.models import count_params, family_of, get_config
 
     overrides: dict[str, Any] = {"seq_len": seq_len}
     if vocab_size:
         overrides["vocab_size"] = vocab_size
     cfg = get_config(preset, **overrides)
-    return StepShape(preset, cfg.n_layers, cfg.hidden_size, cfg.n_heads, cfg.padded_vocab_size,
-                     count_params(preset, **overrides), seq_len, micro_batch_size, gas, devices, precision, engine,
-                     activation_checkpointing, flash_attention)
+    family = family_of(cfg)
+    model = family.shape(cfg)
+    return StepShape(preset, model.n_layers, model.hidden_size, model.vocab_size_model,
+                     count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, micro_batch_size,
+                     gas, devices, precision, engine, activation_checkpointing, flash_attention, cfg=cfg)

@@ -8,14 +8,13 @@ from typing import Any
 MFU_BASIS = "dense-equivalent FLOPs (zero weights counted, as the dense model)"
 
 
-def record_metrics(sparse_metrics: dict[str, Any], cfg, seq_len: int, flops_per_step: int, tokens_per_step: int,
+def record_metrics(sparse_metrics: dict[str, Any], flop_terms: Any, flops_per_step: int, tokens_per_step: int,
                    step_s: float, finetune_losses: list[float]) -> dict[str, Any]:
     """A training record's sparsity fields: FLOPs both ways, measured sparsity, execution path, fine-tuning.
 
     Args:
         sparse_metrics: ``WeightSparsity.metrics()`` taken after the last sparse step.
-        cfg: the model's ``GPTConfig``.
-        seq_len: tokens per sample.
+        flop_terms: the model's ``accel_kit.models.FlopTerms`` at the point's sequence length.
         flops_per_step: the dense model's FLOPs per optimizer step per device (what MFU uses).
         tokens_per_step: tokens per optimizer step per device.
         step_s: median step time.
@@ -23,9 +22,7 @@ def record_metrics(sparse_metrics: dict[str, Any], cfg, seq_len: int, flops_per_
     """
     from accel_kit import flops
 
-    per_token = flops.sparse_gpt_flops_per_token(
-        cfg.n_layers, cfg.hidden_size, seq_len, cfg.padded_vocab_size,
-        nonzero_block_weights=sparse_metrics["nonzero_block_weights"], mlp_ratio=cfg.mlp_ratio)
+    per_token = flop_terms.sparse(sparse_metrics["nonzero_block_weights"])
     out = {
         "flops_dense_equivalent": flops_per_step,
         "flops_effective": per_token * tokens_per_step,

@@ -16,19 +16,11 @@ PATTERNS: tuple[str, ...] = ("unstructured", "2:4")
 
 
 def prunable_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """The linears of every transformer block, by qualified name: the layers the paper prunes.
+    """The linears the model's family prunes, by qualified name in ``model`` (wrappers included): every
+    block's, as the paper prunes; embeddings, norms and the output projection stay dense."""
+    from accel_kit.models import family_of_model
 
-    Embeddings, LayerNorms and the output projection (tied to the embedding) stay dense.
-    """
-    from accel_kit.models.block import Block
-
-    layers = []
-    for block_name, block in model.named_modules():
-        if isinstance(block, Block):
-            for name, module in block.named_modules():
-                if isinstance(module, nn.Linear):
-                    layers.append((f"{block_name}.{name}", module))
-    return layers
+    return family_of_model(model).prunable_linears(model)
 
 
 def magnitude_mask(weight: torch.Tensor, sparsity: float, pattern: Pattern = "unstructured") -> torch.Tensor:

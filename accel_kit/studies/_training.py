@@ -82,13 +82,12 @@ def resolve_data(data: str, data_root: Path, *, progress: bool) -> str | None:
 
 def peak_shapes(points: list[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
     """The block GEMM shapes of the points' models (their own products), for the measured peak."""
-    from accel_kit import flops as F
-    from accel_kit.models import get_config
+    from accel_kit.models import family_of, get_config
 
     shapes: dict[tuple[int, int, int], None] = {}
     for p in points:
         cfg = get_config(p.preset)
-        shapes |= dict.fromkeys(F.block_gemm_shapes(p.micro_batch_size * p.seq_len, cfg.hidden_size, cfg.mlp_ratio))
+        shapes |= dict.fromkeys(family_of(cfg).gemm_shapes(cfg, p.micro_batch_size * p.seq_len))
     return tuple(shapes)
 
 

@@ -1,4 +1,6 @@
-"""Study 1: one GPT-2 XL transformer block, forward and forward+backward TFLOPS (paper Figures 3, 4).
+"""Study 1: one transformer layer, forward and forward+backward TFLOPS (paper Figures 3, 4).
+
+The layer is one of a model preset (``preset``, any family's; default the paper's GPT-2 XL).
 
 Each point (implementation x precision x batch size x direction) runs in its own process
 through the sweep runner, like every training point: an out-of-memory, a crash, a hang or a
@@ -14,12 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator
 
 from accel_kit import energy
-from accel_kit import flops as F
 from accel_kit import results
-from accel_kit.engine.block_measure import build_block  # noqa: F401  (kept importable from the study)
 from accel_kit.engine.point import BlockPoint, Direction, Impl
 from accel_kit.engine.sweep import PeakReference, run_sweep
 from accel_kit.params import Precision, StudyParams
@@ -30,11 +30,9 @@ STUDY = "microbenchmark"
 
 
 class Params(StudyParams):
-    """Parameters of the microbenchmark (defaults: the paper's GPT-2 XL block)."""
+    """Parameters of the microbenchmark (defaults: the paper's GPT-2 XL layer)."""
 
-    hidden_size: PositiveInt = 1600
-    n_heads: PositiveInt = 25
-    mlp_ratio: PositiveInt = 4
+    preset: str = "gpt2-xl"  # the model whose layer is timed, e.g. llama3.1-8b
     seq_len: PositiveInt = 1024
     batch_sizes: list[PositiveInt] = Field(default=[8, 16, 32, 64], min_length=1)
     # None: the system's list; auto: fp32 and each lower precision the device runs natively at speed.
@@ -52,11 +50,14 @@ class Params(StudyParams):
     timeout_s: float = Field(default=900, gt=0)  # per point; a hung point is killed and recorded
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on each point's process
 
-    @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> "Params":
-        if self.hidden_size % self.n_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
-        return self
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        from accel_kit.models import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(f"unknown model preset {value!r}; known: {', '.join(PRESETS)}")
+        return value
 
 
 def resolve_precisions(params: Params, system: System) -> list:
@@ -77,13 +78,16 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
         progress: bool = True) -> list[dict]:
     """Measure (or resume) every point, each in its own process; one record per point."""
     choices = resolve_precisions(params, system)
-    fixed = params.model_dump(include={"hidden_size", "n_heads", "mlp_ratio", "seq_len", "warmup", "trials", "tf32",
+    fixed = params.model_dump(include={"preset", "seq_len", "warmup", "trials", "tf32",
                                        "torch_compile", "noisy_cv", "seed", "time_budget_s", "memory_limit_gib"})
     points = [BlockPoint(system=system.id, impl=i, precision=c.precision, precision_reason=c.reason, batch_size=b,
                          direction=d, **fixed)
               for i in params.impls for c in choices for b in params.batch_sizes for d in params.directions]
+    from accel_kit.models import family_of, get_config
+
+    cfg = get_config(params.preset)
     shapes = tuple(shape for b in dict.fromkeys((min(params.batch_sizes), max(params.batch_sizes)))
-                   for shape in F.block_gemm_shapes(b * params.seq_len, params.hidden_size, params.mlp_ratio))
+                   for shape in family_of(cfg).gemm_shapes(cfg, b * params.seq_len))
     peak = PeakReference(system.id, shapes, enabled=params.measure_peak)
     extra = params.model_dump(exclude=set(BlockPoint.model_fields)) | {
         "profile": profile, "precisions": [c.precision for c in choices],
@@ -124,14 +128,20 @@ def figures(df: pd.DataFrame) -> dict:
             continue
         figs[f"microbenchmark_{direction}"] = plots.grouped_bars(
             sub, x="batch_size", y="tflops", facet="precision", group=["system", "impl"],
-            title=f"{title} throughput of one GPT-2 XL block (seq {int(sub['seq_len'].iloc[0])})",
+            title=f"{title} throughput of one {_layer_name(sub)} layer (seq {int(sub['seq_len'].iloc[0])})",
             x_title="batch size", y_title="TFLOP/s", facet_order=["fp32", "fp16", "bf16"],
             hover=["mfu_pct", "mfu_measured_pct", "time_median_s", "mem_peak_gib"])
         if plots.has_values(sub, "flops_per_j"):  # beside it, where the device reads its energy
             measured = sub[sub["flops_per_j"].notna()]
             figs[f"microbenchmark_{direction}_energy"] = plots.grouped_bars(
                 measured.assign(gflops_per_j=measured["flops_per_j"] / 1e9), x="batch_size", y="gflops_per_j",
-                facet="precision", group=["system", "impl"], title=f"{title} energy efficiency of one GPT-2 XL block",
+                facet="precision", group=["system", "impl"], title=f"{title} energy efficiency of one {_layer_name(sub)} layer",
                 x_title="batch size", y_title="GFLOP / J", facet_order=["fp32", "fp16", "bf16"],
                 hover=["tflops", "power_avg_w", "energy_j"])
     return figs
+
+
+def _layer_name(df: pd.DataFrame) -> str:
+    """The preset(s) whose layer the rows timed (records from before ``preset`` existed: GPT-2 XL's shape)."""
+    names = sorted(df["preset"].dropna().unique()) if "preset" in df.columns else []
+    return " / ".join(names) or "GPT-2 XL"

@@ -119,7 +119,7 @@ def test_scaling_and_2to4_are_unsupported_with_the_reason(tmp_path):
 def test_block_microbenchmark_point():
     from accel_kit.studies.microbenchmark import BlockPoint
 
-    point = BlockPoint(system="cerebras-cpu", impl="native", precision="fp32", hidden_size=64, n_heads=4, mlp_ratio=4,
+    point = BlockPoint(system="cerebras-cpu", impl="native", precision="fp32", preset="gpt2-debug",
                        seq_len=32, batch_size=2, direction="forward_backward", warmup=1, trials=3, tf32=False,
                        torch_compile=False, noisy_cv=0.05, seed=0)
     result = run_worker(point, timeout_s=300)

@@ -8,7 +8,7 @@ import torch
 
 from accel_kit.devices.cerebras.data import repeat_input_fn
 from accel_kit.devices.cerebras.executor import StepExecutor
-from accel_kit.models.hf import block_output
+from accel_kit.models.family import layer_output as block_output
 
 
 class BlockStep:

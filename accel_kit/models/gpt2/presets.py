@@ -1,4 +1,4 @@
-"""Named model shapes, one table; ``build_model`` and ``count_params`` take a name and overrides.
+"""The GPT-2 family's presets, one table, with where each shape comes from (``SOURCES``).
 
 Sources:
 - GPT-2 (Radford et al. 2019, Table 2; shapes as released): small 12/12/768 ... XL 48/25/1600.
@@ -18,12 +18,7 @@ Sources:
 """
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
-from accel_kit.errors import ParameterError
-from accel_kit.models.gpt import GPT, GPTConfig
+from accel_kit.models.gpt2.model import GPTConfig
 
 GPT2_VOCAB = 50257
 
@@ -49,32 +44,18 @@ PRESETS: dict[str, GPTConfig] = {
     "genslm-gpt3-xl": GPTConfig(24, 16, 2048, 70, 10240),
 }
 
-# Overrides build_model/count_params accept: GPTConfig fields other than the shape itself.
-OVERRIDABLE = ("vocab_size", "seq_len", "pad_vocab_multiple", "dropout", "narrow_linear_fast_path")
-
-
-def get_config(preset: str, **overrides: Any) -> GPTConfig:
-    """The preset's config with ``overrides`` (vocab_size, seq_len, pad_vocab_multiple, dropout)."""
-    try:
-        cfg = PRESETS[preset]
-    except KeyError:
-        raise ParameterError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}") from None
-    bad = sorted(set(overrides) - set(OVERRIDABLE))
-    if bad:
-        raise ParameterError(f"model override {bad[0]!r} not allowed; allowed: {', '.join(OVERRIDABLE)}")
-    return cfg.replace(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def build_model(preset: str, *, activation_checkpointing: bool = False, device: torch.device | str | None = None,
-                **overrides: Any) -> GPT:
-    """Instantiate a preset (randomly initialised, GPT-2 init)."""
-    cfg = get_config(preset, **overrides)
-    with torch.device(device or "cpu"):
-        return GPT(cfg, activation_checkpointing=activation_checkpointing)
-
-
-def count_params(preset: str, **overrides: Any) -> int:
-    """Parameter count without allocating memory (the model is built on the meta device)."""
-    cfg = get_config(preset, **overrides)
-    with torch.device("meta"):
-        return GPT(cfg).num_params()
+_GPT2 = "GPT-2 as released (Radford et al. 2019, Table 2)"
+_GPT3 = "GPT-3 (Brown et al. 2020, Table 2.1)"
+_GENSLM = "GenSLM (Zvyagin et al. 2022; ramanathanlab/genslm configs)"
+SOURCES: dict[str, str] = {
+    "gpt2-debug": "a tiny GPT-2 for tests",
+    "gpt2-small": _GPT2, "gpt2-medium": _GPT2, "gpt2-large": _GPT2, "gpt2-xl": _GPT2,
+    "gpt2-xl-16h": "GPT-2 XL with 16 heads of 100, as the Cerebras ModelZoo's gpt2_xl config",
+    "gpt3-xl": f"{_GPT3}, 16 heads of 128 as Cerebras-GPT 1.3B", "gpt3-6.7b": _GPT3,
+    "gpt3-13b": f"{_GPT3}, width 5120 (d_head 128) as Megatron-LM and Cerebras-GPT 13B",
+    "gpt3-30b": "OPT-30B's shape (Zhang et al. 2022, Table 1); the paper names GPT-3 30B without one",
+    "genslm-debug": "a tiny GenSLM for tests", "genslm-25m": _GENSLM, "genslm-250m": _GENSLM,
+    "genslm-2.5b": _GENSLM, "genslm-25b": _GENSLM,
+    "gpt2-13b": "the paper's GenSLM 13B on SN30 and A100",
+    "genslm-gpt3-xl": "the paper's CS-2 GenSLM run: GPT-3 XL, vocabulary 70, sequence 10240 (docs/study.md, Study 3)",
+}

@@ -7,13 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from accel_kit.models.gpt import GPT, GPTConfig
-
-def block_output(out) -> torch.Tensor:
-    """The hidden states a block returns: transformers 4.x's ``GPT2Block`` returns a tuple, 5.x and
-    ours a tensor."""
-    return out[0] if isinstance(out, tuple) else out
-
+from accel_kit.models.gpt2.model import GPT, GPTConfig
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 

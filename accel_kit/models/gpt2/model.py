@@ -1,4 +1,4 @@
-"""A GPT-2-architecture language model built from ``accel_kit.models.block.Block``.
+"""A GPT-2-architecture language model built from ``accel_kit.models.gpt2.block.Block``.
 
 Learned absolute positions, pre-LayerNorm blocks, a final LayerNorm and an output
 projection tied to the token embedding (Radford et al. 2019). Options that trade memory
@@ -13,9 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from accel_kit.models.block import Block, BlockConfig
-
-IGNORE_INDEX = -100  # targets with this value (padding) do not count in the loss
+from accel_kit.models.family import IGNORE_INDEX
+from accel_kit.models.gpt2.block import Block, BlockConfig
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,84 @@
+"""The GPT-2 family (GPT-2, GPT-3 shapes, GenSLM): its answers to ``accel_kit.models.family.Family``.
+
+Fused QKV (three h x h matrices in one), an MLP of width r*h with GELU, learned positions,
+LayerNorm, biases, the output projection tied to the embedding (Radford et al. 2019).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
+from accel_kit.models.gpt2.flops import attention_flops_per_token, block_gemm_shapes, block_matmul_flops_per_token
+from accel_kit.models.gpt2.block import Block
+from accel_kit.models.gpt2.model import GPT, GPTConfig
+from accel_kit.models.gpt2.presets import PRESETS, SOURCES
+
+
+class GPT2(Family):
+    name = "gpt2"
+    config_type = GPTConfig
+    presets = PRESETS
+    sources = SOURCES
+    overridable = ("vocab_size", "seq_len", "pad_vocab_multiple", "dropout", "narrow_linear_fast_path")
+    hf_model_class = "GPT2LMHeadModel"
+
+    def build(self, cfg: GPTConfig, *, activation_checkpointing: bool = False) -> GPT:
+        return GPT(cfg, activation_checkpointing=activation_checkpointing)
+
+    def build_layer(self, cfg: GPTConfig, impl: str = "native") -> nn.Module:
+        if impl == "native":
+            return Block(cfg.block)
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+        return GPT2Block(self.hf_config(cfg), layer_idx=0)
+
+    def shape(self, cfg: GPTConfig) -> ModelShape:
+        # Multi-head attention: as many key/value heads as query heads.
+        return ModelShape("gpt2", cfg.n_layers, cfg.hidden_size, cfg.n_heads, cfg.n_heads,
+                          cfg.hidden_size // cfg.n_heads, cfg.mlp_ratio * cfg.hidden_size, cfg.padded_vocab_size,
+                          cfg.vocab_size)
+
+    def layer_flop_terms(self, cfg: GPTConfig, seq_len: int) -> FlopTerms:
+        # QKV 3h^2 + output h^2 + MLP 2rh^2 weights, 2 FLOPs each per token; scores and weighted sum 4sh.
+        return FlopTerms(block_matmul_flops_per_token(cfg.hidden_size, cfg.mlp_ratio),
+                         attention_flops_per_token(cfg.hidden_size, seq_len))
+
+    def gemm_shapes(self, cfg: GPTConfig, tokens: int) -> tuple[tuple[int, int, int], ...]:
+        return block_gemm_shapes(tokens, cfg.hidden_size, cfg.mlp_ratio)
+
+    def activation_bytes_per_layer(self, cfg: GPTConfig, micro_batch: int, seq_len: int, *,
+                                   flash_attention: bool) -> int:
+        # Korthikanti et al. 2022, section 4.1: s*b*h*(34 + 5*a*s/h) bytes at 16 bit; the second term is
+        # the stored score matrix, which flash / memory-efficient attention never materialises.
+        s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
+        return s * b * h * 34 + (0 if flash_attention else 5 * a * s * s * b)
+
+    def layer_weight_count(self, cfg: GPTConfig) -> int:
+        return (4 + 2 * cfg.mlp_ratio) * cfg.hidden_size ** 2
+
+    def prunable_linears(self, model: nn.Module) -> list[tuple[str, nn.Linear]]:
+        # The paper prunes the blocks' linears; embeddings, LayerNorms and the tied output projection stay dense.
+        layers = []
+        for block_name, block in model.named_modules():
+            if isinstance(block, Block):
+                layers += [(f"{block_name}.{name}", module) for name, module in block.named_modules()
+                           if isinstance(module, nn.Linear)]
+        return layers
+
+    def pipeline_stages(self, model: nn.Module) -> PipelineStages:
+        return PipelineStages(embedding=("wte", "wpe"), blocks="h", head=("ln_f", "lm_head"))
+
+    def hf_config(self, cfg: GPTConfig):
+        from accel_kit.models.gpt2.hf import hf_config
+
+        return hf_config(cfg)
+
+    def to_hf(self, model: nn.Module) -> nn.Module:
+        from accel_kit.models.gpt2.hf import to_hf
+
+        return to_hf(model)
+
+    def from_hf(self, hf_model: nn.Module) -> nn.Module:
+        from accel_kit.models.gpt2.hf import from_hf
+
+        return from_hf(hf_model)

@@ -1,0 +1,81 @@
+"""The model families, one line each, and the lookups every caller uses: a preset's family and config.
+
+Adding a family: its folder under ``accel_kit/models/`` (see ``docs/model-families.md``) and one
+line in ``FAMILIES``. Preset names are unique across families.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel_kit.errors import ParameterError
+from accel_kit.models.family import Family
+from accel_kit.models.gpt2 import FAMILY as GPT2
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": GPT2,
+}
+
+
+def _presets() -> dict[str, tuple[Family, Any]]:
+    table: dict[str, tuple[Family, Any]] = {}
+    for family in FAMILIES.values():
+        for name, cfg in family.presets.items():
+            if name in table:
+                raise RuntimeError(f"preset {name!r} is in two families: {table[name][0].name} and {family.name}")
+            table[name] = (family, cfg)
+    return table
+
+
+_TABLE = _presets()
+PRESETS: dict[str, Any] = {name: cfg for name, (_, cfg) in _TABLE.items()}  # every family's, in family order
+
+
+def family_of(preset_or_config: Any) -> Family:
+    """The family of a preset name, or of a config (by its type)."""
+    if isinstance(preset_or_config, str):
+        return _entry(preset_or_config)[0]
+    for family in FAMILIES.values():
+        if isinstance(preset_or_config, family.config_type):
+            return family
+    raise TypeError(f"{type(preset_or_config).__name__} is the config of no registered model family")
+
+
+def family_of_model(model: nn.Module) -> Family:
+    """The family of a built model, found through any wrapper (DDP, FSDP, torch.compile): the module that
+    holds a registered family's config as ``cfg``."""
+    for module in model.modules():
+        cfg = getattr(module, "cfg", None)
+        if cfg is not None and any(isinstance(cfg, f.config_type) for f in FAMILIES.values()):
+            return family_of(cfg)
+    raise TypeError(f"{type(model).__name__} holds no model of a registered family (no .cfg of one)")
+
+
+def _entry(preset: str) -> tuple[Family, Any]:
+    try:
+        return _TABLE[preset]
+    except KeyError:
+        raise ParameterError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}") from None
+
+
+def get_config(preset: str, **overrides: Any) -> Any:
+    """The preset's config with ``overrides`` (those its family allows; None leaves a field as it is)."""
+    family, cfg = _entry(preset)
+    return family.with_overrides(cfg, **overrides)
+
+
+def build_model(preset: str, *, activation_checkpointing: bool = False, device: torch.device | str | None = None,
+                **overrides: Any) -> nn.Module:
+    """Instantiate a preset, randomly initialised as its family does."""
+    cfg = get_config(preset, **overrides)
+    with torch.device(device or "cpu"):
+        return family_of(cfg).build(cfg, activation_checkpointing=activation_checkpointing)
+
+
+def count_params(preset: str, **overrides: Any) -> int:
+    """Parameter count without allocating memory (the model is built on the meta device)."""
+    cfg = get_config(preset, **overrides)
+    with torch.device("meta"):
+        return family_of(cfg).build(cfg).num_params()
