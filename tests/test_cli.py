@@ -9,7 +9,7 @@ import pytest
 from accel_kit import cli
 from accel_kit.devices.cpu import CPUAdapter
 
-TINY = ["-p", "hidden_size", "64", "-p", "n_heads", "4", "-p", "seq_len", "16", "-p", "batch_sizes", "[2]",
+TINY = ["-p", "preset", "gpt2-debug", "-p", "seq_len", "16", "-p", "batch_sizes", "[2]",
         "-p", "trials", "2", "-p", "warmup", "1", "-p", "measure_peak", "false", "-q"]
 
 

@@ -11,8 +11,8 @@ from accel_kit.devices.power import EnergyWindow
 def _block_point(**kw):
     from accel_kit.engine.point import BlockPoint
 
-    return BlockPoint(**({"system": "cpu", "impl": "native", "precision": "fp32", "hidden_size": 32, "n_heads": 2,
-                          "mlp_ratio": 4, "seq_len": 8, "batch_size": 1, "direction": "forward", "warmup": 1,
+    return BlockPoint(**({"system": "cpu", "impl": "native", "precision": "fp32", "preset": "gpt2-debug",
+                          "seq_len": 8, "batch_size": 1, "direction": "forward", "warmup": 1,
                           "trials": 3, "tf32": False, "torch_compile": False, "noisy_cv": 0.05, "seed": 0} | kw))
 
 

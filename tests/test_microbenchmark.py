@@ -119,7 +119,7 @@ def test_resume_key_does_not_depend_on_where_outputs_are(out_dir, tmp_path_facto
 def test_kill_and_resume(out_dir):
     """SIGKILL the microbenchmark mid-way; the rerun finishes it with nothing lost, duplicated or corrupt."""
     args = [sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",
-            "-p", "hidden_size", "64", "-p", "n_heads", "4", "-p", "seq_len", "16", "-p", "batch_sizes", "[1, 2, 3]",
+            "-p", "preset", "gpt2-debug", "-p", "seq_len", "16", "-p", "batch_sizes", "[1, 2, 3]",
             "-p", "precisions", "[fp32]", "-p", "impls", "[native]", "-p", "measure_peak", "false",
             # a second or more per point on any machine, so the kill after two records lands mid-sweep
             # even though points start in well under a second (the fork server)

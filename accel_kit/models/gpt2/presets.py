@@ -50,9 +50,9 @@ _GENSLM = "GenSLM (Zvyagin et al. 2022; ramanathanlab/genslm configs)"
 SOURCES: dict[str, str] = {
     "gpt2-debug": "a tiny GPT-2 for tests",
     "gpt2-small": _GPT2, "gpt2-medium": _GPT2, "gpt2-large": _GPT2, "gpt2-xl": _GPT2,
-    "gpt2-xl-16h": "GPT-2 XL with 16 heads of 100, as the Cerebras ModelZoo's gpt2_xl config",
-    "gpt3-xl": f"{_GPT3}, 16 heads of 128 as Cerebras-GPT 1.3B", "gpt3-6.7b": _GPT3,
-    "gpt3-13b": f"{_GPT3}, width 5120 (d_head 128) as Megatron-LM and Cerebras-GPT 13B",
+    "gpt2-xl-16h": "GPT-2 XL with 16 heads of 100, as the CS-2 model zoo's gpt2_xl config",
+    "gpt3-xl": f"{_GPT3}, 16 heads of 128 as the paper's CS-2 GPT-3 XL", "gpt3-6.7b": _GPT3,
+    "gpt3-13b": f"{_GPT3}, width 5120 (d_head 128) as Megatron-LM's 13B",
     "gpt3-30b": "OPT-30B's shape (Zhang et al. 2022, Table 1); the paper names GPT-3 30B without one",
     "genslm-debug": "a tiny GenSLM for tests", "genslm-25m": _GENSLM, "genslm-250m": _GENSLM,
     "genslm-2.5b": _GENSLM, "genslm-25b": _GENSLM,

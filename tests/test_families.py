@@ -1,0 +1,108 @@
+"""Every registered model family answers the protocol consistently with its own modules.
+
+Each check binds a family's declared figures (FLOPs, GEMM shapes, layer weights, stages) to the
+model it builds, so a family that miscounts fails here whatever its formulas say; family-
+specific figures (published counts, transformers equivalence) are in each family's own tests.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from accel_kit.errors import ParameterError
+from accel_kit.models import FAMILIES, PRESETS, count_params, family_of, family_of_model, get_config
+
+# Each family's tiny debug preset (the first whose name ends so): the one its tests build.
+DEBUG = {name: next(p for p in family.presets if p.endswith("-debug")) for name, family in FAMILIES.items()}
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def family_and_preset(request):
+    return FAMILIES[request.param], DEBUG[request.param]
+
+
+def _built(preset: str, **overrides):
+    cfg = get_config(preset, **overrides)
+    torch.manual_seed(0)
+    return cfg, family_of(cfg).build(cfg)
+
+
+def test_presets_are_unique_and_each_has_a_source():
+    assert sum(len(f.presets) for f in FAMILIES.values()) == len(PRESETS)
+    for family in FAMILIES.values():
+        assert set(family.sources) == set(family.presets), family.name
+        assert all(text.strip() for text in family.sources.values())
+
+
+def test_matmul_flops_are_two_per_weight_of_the_linears_flops_count(family_and_preset):
+    family, preset = family_and_preset
+    cfg, model = _built(preset)
+    seq = 32
+    terms = family.flop_terms(cfg, seq)
+    block_weights = sum(linear.weight.numel() for _, linear in family.prunable_linears(model))
+    assert terms.matmul == 2 * block_weights
+    shape = family.shape(cfg)
+    assert terms.logits == 2 * shape.hidden_size * shape.vocab_size_model
+    # The score and weighted-sum products: 2 x 2 FLOPs x seq per query-head dimension, every layer.
+    assert terms.attention == shape.n_layers * 4 * seq * shape.n_heads * shape.head_dim
+    assert terms.total() == 3 * terms.forward and terms.total("forward") == terms.forward
+    assert terms.sparse(block_weights) == terms.total()
+
+
+def test_gemm_shapes_are_the_products_of_one_layer(family_and_preset):
+    family, preset = family_and_preset
+    cfg = get_config(preset)
+    tokens, seq = 64, 32
+    products = sum(2 * m * k * n for m, k, n in family.gemm_shapes(cfg, tokens))
+    assert products == tokens * family.layer_flop_terms(cfg, seq).matmul
+    assert all(m == tokens for m, _, _ in family.gemm_shapes(cfg, tokens))
+
+
+def test_one_layer_is_what_the_model_stacks(family_and_preset):
+    family, preset = family_and_preset
+    cfg, model = _built(preset)
+    stages = family.pipeline_stages(model)
+    blocks = getattr(model, stages.blocks)
+    assert isinstance(blocks, nn.ModuleList) and len(blocks) == family.shape(cfg).n_layers
+    assert all(hasattr(model, name) for name in stages.embedding + stages.head)
+    layer = family.build_layer(cfg)
+    weights = sum(m.weight.numel() for m in layer.modules() if isinstance(m, nn.Linear))
+    assert weights == family.layer_weight_count(cfg) == sum(
+        m.weight.numel() for m in blocks[0].modules() if isinstance(m, nn.Linear))
+    x = torch.randn(2, 8, family.shape(cfg).hidden_size)
+    assert layer(x).shape == x.shape
+
+
+def test_the_model_trains_and_its_family_is_found_through_a_wrapper(family_and_preset):
+    family, preset = family_and_preset
+    cfg, model = _built(preset)
+    vocab = family.shape(cfg).vocab_size
+    idx = torch.randint(0, vocab, (2, 16))
+    logits, loss = model(idx, idx)
+    assert logits.shape[:2] == (2, 16) and logits.shape[-1] == family.shape(cfg).vocab_size_model
+    loss.backward()
+    assert family_of_model(nn.Sequential(model)) is family  # as under DDP's .module or compile's _orig_mod
+    assert model.num_params() == count_params(preset)
+
+
+def test_transformers_model_of_the_family(family_and_preset):
+    family, preset = family_and_preset
+    cfg, model = _built(preset)
+    hf = family.to_hf(model)
+    assert type(hf).__name__ == family.hf_model_class
+    back = family.from_hf(hf)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+
+
+def test_an_override_the_family_does_not_have_is_one_line(family_and_preset):
+    family, preset = family_and_preset
+    with pytest.raises(ParameterError, match=f"not one the {family.name} family has") as info:
+        get_config(preset, n_layers=3)
+    assert "\n" not in str(info.value)
+
+
+def test_configs_round_trip_as_data(family_and_preset):
+    family, preset = family_and_preset
+    cfg = get_config(preset)
+    assert family.config_from_dict(family.config_dict(cfg)) == cfg
