@@ -14,15 +14,33 @@ import itertools
 from pathlib import Path
 from typing import Callable, ClassVar, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from accel_kit.devices import PrecisionChoice
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit.params import StudyParams
+from accel_kit.precision import PrecisionRequest
 from accel_kit.systems import System
 from accel_kit.engine.point import TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
+
+
+class OtherModel(BaseModel):
+    """Another model the study's axes also run, with the settings it differs in: a full profile's
+    Llama 3.1 8B at sequence 8192 in bf16 beside the paper's GPT-2 XL. A field it sets that a
+    study sweeps (``seq_len`` in the sequence-length study) is that model's one value of the axis."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: str
+    seq_len: PositiveInt | None = None
+    precision: PrecisionRequest | None = None
+    micro_batch_size: PositiveInt | None = None
+    activation_checkpointing: bool | None = None
+
+    def changes(self) -> dict:
+        return self.model_dump(exclude_none=True)
 
 
 class TrainingParams(StudyParams, TrainSpec):
@@ -36,9 +54,18 @@ class TrainingParams(StudyParams, TrainSpec):
     AXES: ClassVar[dict[str, str]] = {}
 
     def check(self, system: System) -> None:
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ParameterError(f"parameter 'preset': unknown model preset {self.preset!r}; "
-                                 f"known: {', '.join(PRESETS)}")
+        for where, preset in [("preset", self.preset)] + [(f"also[{i}].preset", o.preset) for i, o in
+                                                            enumerate(getattr(self, "also", []))]:
+            if preset is not None and preset not in PRESETS:
+                raise ParameterError(f"parameter {where!r}: unknown model preset {preset!r}; "
+                                     f"known: {', '.join(PRESETS)}")
+
+
+class AxesParams(TrainingParams):
+    """A study that is its axes (scaling, sequence length, GAS): ``study_runner`` runs it, and ``also``
+    runs other models over the same axes."""
+
+    also: list[OtherModel] = []  # other models the axes run too, after the preset's points
 
 
 def requested_precision(params: TrainingParams, system: System) -> str:
@@ -116,10 +143,26 @@ def axis_points(params: TrainingParams, system: System, choice: PrecisionChoice)
 
     Sorted, so a sequence-length sweep finds its memory frontier before the longer lengths are tried.
     """
+    return _product(params, system, choice, {})
+
+
+def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fixed: dict) -> list[TrainPoint]:
     names = list(type(params).AXES)
-    values = [sorted(set(getattr(params, name))) for name in names]
     fields = [type(params).AXES[name] for name in names]
+    # An axis whose field the model fixes runs that one value.
+    values = [[fixed[f]] if f in fixed else sorted(set(getattr(params, name))) for name, f in zip(names, fields)]
     return [make_point(params, system, choice, **dict(zip(fields, combo))) for combo in itertools.product(*values)]
+
+
+def all_points(params: AxesParams, system: System) -> list[TrainPoint]:
+    """The preset's points (``axis_points``), then each of ``also``'s over the same axes."""
+    points = axis_points(params, system, resolve_precision(params, system))
+    for other in params.also:
+        changes = other.changes()
+        # The study's own values, changed where the other model says so; its axis fields stay the study's lists.
+        mine = params.model_copy(update={k: v for k, v in changes.items() if k in TrainSpec.model_fields})
+        points += _product(mine, system, resolve_precision(mine, system), changes)
+    return points
 
 
 def study_runner(study: str) -> Callable[..., list[dict]]:
@@ -127,7 +170,7 @@ def study_runner(study: str) -> Callable[..., list[dict]]:
 
     def run(params: TrainingParams, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
             progress: bool = True) -> list[dict]:
-        points = axis_points(params, system, resolve_precision(params, system))
+        points = all_points(params, system)
         return run_points(study, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                           progress=progress)
 

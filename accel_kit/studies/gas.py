@@ -11,13 +11,13 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, study_runner
+from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "gas"
 KEYS = ["system", "preset", "precision", "devices", "micro_batch_size", "gas"]
 
 
-class Params(TrainingParams):
+class Params(AxesParams):
     AXES: ClassVar[dict[str, str]] = {"micro_batch_sizes": "micro_batch_size", "gas_values": "gas"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"gas": "gas_values (a list)",
                                              "micro_batch_size": "micro_batch_sizes (a list)"}

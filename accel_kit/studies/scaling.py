@@ -12,13 +12,13 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, study_runner
+from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "scaling"
 KEYS = ["system", "preset", "precision", "devices"]
 
 
-class Params(TrainingParams):
+class Params(AxesParams):
     AXES: ClassVar[dict[str, str]] = {"device_counts": "devices"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"devices": "device_counts (a list)"}
     device_counts: list[PositiveInt] = Field(default=[1, 2, 4, 8], min_length=1)

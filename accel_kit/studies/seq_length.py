@@ -11,13 +11,13 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, results
-from accel_kit.studies._training import TrainingParams, study_runner
+from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "seq_length"
 KEYS = ["system", "preset", "precision", "devices", "seq_len"]
 
 
-class Params(TrainingParams):
+class Params(AxesParams):
     AXES: ClassVar[dict[str, str]] = {"seq_lens": "seq_len"}
     REPLACED_BY: ClassVar[dict[str, str]] = {"seq_len": "seq_lens (a list)"}
     seq_lens: list[PositiveInt] = Field(default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], min_length=1)
