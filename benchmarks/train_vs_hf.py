@@ -1,10 +1,11 @@
 """Training throughput: our step against a plain transformers loop, and the sweep runner's overhead.
 
-1. Our ``Trainer.step`` (GPT from accel_kit.models, SDPA, fused AdamW; in bf16 the model is
-   bf16 with fp32 master weights, see accel_kit.engine.step) against a plain loop over
-   transformers' ``GPT2LMHeadModel`` + ``torch.optim.AdamW`` under autocast, with the same
-   preset, sequence, batch, clipping and batches; the two alternate in one process so
-   drifting clocks hit both. Target: ours >= 1.2x.
+1. Our ``Trainer.step`` (the preset's model from accel_kit.models, any family: SDPA, fused
+   AdamW; in bf16 the model is bf16 with fp32 master weights, see accel_kit.engine.step)
+   against a plain loop over transformers' model of the family (``GPT2LMHeadModel``,
+   ``LlamaForCausalLM``) + ``torch.optim.AdamW`` under autocast, with the same preset, weights,
+   sequence, batch, clipping and batches; the two alternate in one process so drifting clocks
+   hit both. Target: ours >= 1.2x.
 2. The sweep runner's overhead: the median step time the runner records for a point (its
    worker subprocess, ``run_worker``) against a bare loop of the same step in a fresh
    subprocess of its own. Both sides are measured the same way, each in a new process that
@@ -15,6 +16,7 @@
 
     python benchmarks/train_vs_hf.py [--preset gpt2-small] [--seq-len 256] [--batch 4] [--precision bf16]
                                      [--part both|hf|runner] [--pairs 4]
+    python benchmarks/train_vs_hf.py --preset llama3-small --part hf
 """
 from __future__ import annotations
 
@@ -33,8 +35,7 @@ import torch
 from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.data import SyntheticBatches
 from accel_kit.devices import PRECISIONS, dtype_of, get_adapter
-from accel_kit.models import PRESETS, build_model
-from accel_kit.models.gpt2.hf import to_hf
+from accel_kit.models import PRESETS, build_model, family_of, get_config
 from accel_kit.engine import OptimConfig, Trainer
 from accel_kit.engine.step import cast_for_precision, optim_for_point
 from accel_kit.engine.point import TrainPoint
@@ -70,6 +71,14 @@ def timed(step, n: int) -> list[float]:
     return out
 
 
+def kernel_overrides(preset: str, precision: str, adapter) -> dict:
+    """The kernel choices the worker takes from the adapter for the preset's family (GPT-2's bf16 output
+    projections), so that every side runs the kernels a study point runs."""
+    if "narrow_linear_fast_path" not in family_of(preset).overridable:
+        return {}
+    return {"narrow_linear_fast_path": adapter.narrow_linear_fast_path(dtype_of(precision))}
+
+
 def bare_child(point_json: str) -> None:
     """Run in a fresh process: the point's steps in a bare loop; print the timed step times as JSON.
 
@@ -81,11 +90,12 @@ def bare_child(point_json: str) -> None:
     device = adapter.torch_device()
     torch.manual_seed(point.seed)
     # The kernel choices the worker takes from the adapter, so both sides run the same kernels.
-    model = cast_for_precision(build_model(point.preset, seq_len=point.seq_len,
-                                           pad_vocab_multiple=point.pad_vocab_multiple,
-                                           narrow_linear_fast_path=adapter.narrow_linear_fast_path(
-                                               dtype_of(point.precision))), point.precision)
-    batches = SyntheticBatches(model.cfg.vocab_size, point.seq_len, point.micro_batch_size, seed=point.seed)
+    overrides = dict(seq_len=point.seq_len, pad_vocab_multiple=point.pad_vocab_multiple,
+                     **kernel_overrides(point.preset, point.precision, adapter))
+    model = cast_for_precision(build_model(point.preset, **overrides), point.precision)
+    cfg = get_config(point.preset, **overrides)
+    batches = SyntheticBatches(family_of(cfg).shape(cfg).vocab_size, point.seq_len, point.micro_batch_size,
+                               seed=point.seed)
     trainer = Trainer(model, iter(batches), device, point.precision, point.gas, optim_for_point(point),
                       fused_optimizer=adapter.fused_optimizer())
     timed(trainer.step, point.warmup_steps)
@@ -117,11 +127,13 @@ def compare_hf(args: argparse.Namespace) -> None:
     tokens = args.batch * args.seq_len
 
     adapter = get_adapter("cpu")
-    ours_model = build_model(args.preset, seq_len=args.seq_len,
-                             narrow_linear_fast_path=adapter.narrow_linear_fast_path(dtype_of(args.precision)))
-    hf_model = to_hf(ours_model)  # identical weights (copied before ours is cast)
+    overrides = dict(seq_len=args.seq_len, **kernel_overrides(args.preset, args.precision, adapter))
+    cfg = get_config(args.preset, **overrides)
+    family = family_of(cfg)
+    ours_model = build_model(args.preset, **overrides)
+    hf_model = family.to_hf(ours_model)  # identical weights (copied before ours is cast)
     hf_model.train()
-    vocab = ours_model.cfg.vocab_size
+    vocab = family.shape(cfg).vocab_size
     ours = Trainer(cast_for_precision(ours_model, args.precision), iter(SyntheticBatches(vocab, args.seq_len, args.batch, seed=1)), device,
                    args.precision, 1, optim, fused_optimizer=adapter.fused_optimizer())
     hf = hf_stepper(hf_model, iter(SyntheticBatches(vocab, args.seq_len, args.batch, seed=1)), args.precision, optim)
@@ -133,7 +145,7 @@ def compare_hf(args: argparse.Namespace) -> None:
     ours_tps, hf_tps = tokens / statistics.median(t_ours), tokens / statistics.median(t_hf)
     print(f"ours against transformers: median of {len(t_ours)} steps each, alternating in one process")
     print(f"  accel-kit Trainer             {ours_tps:9.0f} tokens/s")
-    print(f"  transformers GPT2LMHeadModel  {hf_tps:9.0f} tokens/s")
+    print(f"  transformers {family.hf_model_class:16s} {hf_tps:9.0f} tokens/s")
     print(f"  ours / HF                     {ours_tps / hf_tps:9.2f}x  (target >= 1.2)")
 
 
