@@ -239,7 +239,8 @@ def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter
     from accel_kit.models import family_of
 
     family = family_of(model.model.cfg)
-    spec = {"family": family.name, "config": family.config_dict(model.model.cfg), "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
+    spec = {"family": family.name, "config": family.config_dict(model.model.cfg),
+            "micro_batch_size": point.micro_batch_size, "seq_len": point.seq_len,
             "data_parallel": world > 1, "tiles": adapter.options.tiles_per_instance,
             "compiler_args": list(adapter.options.compiler_args),
             "optim": {"lr": optim.lr, "weight_decay": optim.weight_decay, "grad_clip": optim.grad_clip,

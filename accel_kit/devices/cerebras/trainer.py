@@ -89,8 +89,11 @@ class CstorchSteps:
         self._train_step = self._traced_step(rows)
         self.timed_steps = point.warmup_steps + point.steps
         self._rate: dict[str, Any] = {}
+        from accel_kit.models import family_of
+
+        vocab_size = family_of(model.cfg).shape(model.cfg).vocab_size  # the data's token ids, below it
         dataloader = cstorch.utils.data.DataLoader(point_input_fn, eager.point_batches, point,
-                                                   model.cfg.vocab_size, point.gas * point.devices)
+                                                   vocab_size, point.gas * point.devices)
         self.executor = StepExecutor(dataloader, self.timed_steps + point.dense_finetune_steps,
                                      cstorch.step_closure(self._record))
 
