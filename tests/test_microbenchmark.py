@@ -194,3 +194,22 @@ def test_every_notebook_declares_exactly_its_studys_parameters():
         expected = list(studies.NOTEBOOK_NAMES) + studies.parameter_names(study)
         assert sorted(names) == sorted(expected), f"notebooks/{study}.ipynb parameters cell differs from its study"
         assert len(names) == len(set(names))
+
+
+def test_compiled_is_our_layer_under_torch_compile_with_the_same_flops(monkeypatch):
+    import torch
+
+    from accel_kit.engine.point import BlockPoint
+    from accel_kit.engine.worker import run_point
+
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(type(module).__name__) or module)
+    point = dict(system="cpu", precision="fp32", preset="gpt2-debug", seq_len=16, batch_size=2,
+                 direction="forward_backward", warmup=1, trials=2, tf32=False, torch_compile=False, noisy_cv=0.5,
+                 seed=0)
+    native = run_point(BlockPoint(impl="native", **point), rank=0, world=1, local_rank=0)
+    assert compiled == []
+    ours = run_point(BlockPoint(impl="compiled", **point), rank=0, world=1, local_rank=0)
+    assert compiled == ["Block"]  # our layer, not transformers'
+    assert ours["status"] == native["status"] == "ok"
+    assert ours["metrics"]["flops"] == native["metrics"]["flops"] == 3 * 2 * 16 * (24 * 64**2 + 4 * 16 * 64)
