@@ -1,7 +1,8 @@
-"""accel_kit.data.cli: the prepare subcommands; text with a tokenizer file."""
+"""accel_kit.data.cli: the prepare subcommands; text with a tokenizer file; data too large for the model."""
 import argparse
 import hashlib
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,6 +11,8 @@ from tokenizer_files import write_ranks, write_tokenizer_json
 from accel_kit import cli
 from accel_kit.data import read_meta, tokenizer_of
 from accel_kit.data.cli import add_prepare_parser
+from accel_kit.errors import ParameterError
+from accel_kit.studies import _training
 from accel_kit.tokenizers import load_tokenizer
 
 from .common import DOCS, read_tokens, write_jsonl
@@ -94,3 +97,34 @@ def test_bad_tokenizer_files_are_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tiktoken", None)
     assert "needs the tiktoken package: pip install tiktoken" in fail(ranks)
     assert not (tmp_path / "out").exists()
+
+
+def test_data_with_more_tokens_than_the_model_fails_before_work(tmp_path, capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("ran although the data's tokens do not fit the model")
+
+    monkeypatch.setattr(_training, "run_sweep", never)
+    monkeypatch.setattr(_training, "resolve_data", never)
+    monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(tmp_path / "results"))
+    folder = tmp_path / "prepared"
+    _prepare(write_jsonl(tmp_path / "c.jsonl", DOCS), folder, write_tokenizer_json(tmp_path / "tokenizer.json"))
+    run = ["run", "gas", "--system", "cpu", "--profile", "smoke", "-p", "preset", "genslm-debug", "-q"]
+    err = _fail([*run, "-p", "data", str(folder)], capsys)
+    assert "has 300 tokens, more than the 71 of model preset 'genslm-debug'" in err and "file:tokenizer.json@" in err
+    # The embedded corpus is GPT-2's: known to be too large without preparing it.
+    assert "tokenizer gpt2 has 50,257 tokens, more than the 71" in _fail([*run, "-p", "data", "text"], capsys)
+    assert not (tmp_path / "results" / "data").exists()
+
+
+def test_data_vocab_check_per_point(tmp_path):
+    folder = tmp_path / "prepared"
+    _prepare(write_jsonl(tmp_path / "c.jsonl", DOCS), folder, write_tokenizer_json(tmp_path / "tokenizer.json"))
+
+    def point(preset, vocab_size=None, data=str(folder), data_path=None):
+        return SimpleNamespace(preset=preset, vocab_size=vocab_size, data=data, data_path=data_path)
+
+    _training.check_data_vocab([point("gpt2-debug"), point("genslm-debug", vocab_size=300), point("genslm-debug", data="synthetic"),
+                      point("genslm-debug", vocab_size=300, data="genomes", data_path=str(folder))])
+    with pytest.raises(ParameterError, match="more than the 299 of model preset 'genslm-debug' with vocab_size 299"):
+        _training.check_data_vocab([point("genslm-debug", vocab_size=299, data="genomes", data_path=str(folder))])
+    assert tokenizer_of(None) is None
