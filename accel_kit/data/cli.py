@@ -1,10 +1,12 @@
 """The ``accel-kit prepare`` commands (hooked into the main CLI by ``add_prepare_parser``).
 
-    accel-kit prepare text [INPUT ...] --out DIR [--tokenizer gpt2] [--workers N] [--val-fraction F]
+    accel-kit prepare text [INPUT ...] --out DIR [--tokenizer gpt2|FILE] [--workers N] [--val-fraction F]
     accel-kit prepare fasta INPUT ... --out DIR [--tokenizer codon-71] [--block-size N] [--val-fraction F]
     accel-kit prepare synthetic-genome --out FILE [--records N] [--seed S] [--length-nt L]
 
 ``prepare text`` without inputs prepares the embedded default corpus (Python's pydoc topics).
+Its ``--tokenizer FILE`` is a ``tokenizer.json`` or a tiktoken file (Llama 3's ``tokenizer.model``)
+the user brings (see :mod:`accel_kit.tokenizers.files`).
 Each sub-command sets ``func(args) -> int``; errors are raised as ``AccelKitError`` for the
 main CLI to print.
 """
@@ -41,6 +43,17 @@ def _non_negative_int(text: str) -> int:
     value = _number(text, int)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return value
+
+
+def _text_tokenizer(value: str) -> str:
+    """gpt2 or a file's path (checked when loaded, with the file's own message); the codon ones are
+    refused here, as argparse's choices did before files were accepted."""
+    from accel_kit.tokenizers import TOKENIZER_NAMES
+
+    if value in TOKENIZER_NAMES and value != "gpt2":
+        raise argparse.ArgumentTypeError(f"{value} is a genome tokenizer (prepare fasta); text takes gpt2 "
+                                         f"or the path of a tokenizer.json or tiktoken file")
     return value
 
 
@@ -119,7 +132,9 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                       help=".jsonl[.gz] / .txt[.gz] files or folders, or a datasets save_to_disk folder "
                            "(none: the embedded pydoc corpus)")
     text.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    text.add_argument("--tokenizer", default="gpt2", choices=[n for n in TOKENIZER_NAMES if n == "gpt2"])
+    text.add_argument("--tokenizer", default="gpt2", type=_text_tokenizer, metavar="gpt2|FILE",
+                      help="gpt2 (default), or a tokenizer file you bring: a Hugging Face tokenizer.json, or a "
+                           "tiktoken BPE file such as Llama 3's tokenizer.model (needs pip install tiktoken)")
     text.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                       help="tokenizer threads (default: all cores; 1: single-threaded)")
     text.add_argument("--val-fraction", type=_fraction, default=0.0005, metavar="F",

@@ -94,6 +94,16 @@ def read_meta(out_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
+def tokenizer_of(data_path: str | os.PathLike | None) -> str | None:
+    """Which tokenizer made a point's data: None for synthetic data (no folder), else the name in
+    the prepared folder's meta (``gpt2``, ``codon-71``, ``file:tokenizer.model@<sha256[:12]>``).
+
+    Raises:
+        DataError: ``data_path`` is not a prepared folder (see :func:`read_meta`).
+    """
+    return None if data_path is None else read_meta(data_path)["tokenizer"]
+
+
 def _try_read_meta(out_dir: Path) -> dict[str, Any] | None:
     """meta.json as a dict if it exists and is ours, else None."""
     try:

@@ -1,4 +1,6 @@
-"""Tokenize a text corpus into ``train.bin`` / ``val.bin`` (GPT-2 pre-training data).
+"""Tokenize a text corpus into ``train.bin`` / ``val.bin`` (GPT-2 pre-training data, or any
+tokenizer's: ``tokenizer`` may be the path of a ``tokenizer.json`` or tiktoken file, see
+:mod:`accel_kit.tokenizers.files`).
 
 Inputs (any mix, in the order given):
 
@@ -22,7 +24,8 @@ Speed: documents are encoded in batches by the Rust tokenizer's thread pool (on 
 benchmarks/prepare_throughput.py). Documents longer than :data:`PIECE_CHARS` are encoded in
 pieces cut at line ends (see :func:`split_long_text`); the GPT-2 pre-tokenizer never merges
 across such a point, so the ids equal those of the whole text, and a large .txt file is
-streamed rather than read whole.
+streamed rather than read whole. A tokenizer file gets the same where its pre-tokenizer is known
+to allow it (Llama 3's, cutting after letters and digits only); any other encodes whole documents.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ from accel_kit.data.store import (
 )
 from accel_kit.errors import DataError, ParameterError
 from accel_kit.tokenizers import load_tokenizer
+from accel_kit.tokenizers.files import FileTokenizer
+from accel_kit.tokenizers.gpt2 import CUT_AFTER_CHARS as GPT2_CUT_AFTER
 
 TEXT_KINDS = {".jsonl": "jsonl", ".txt": "txt"}
 TEXT_WHAT = ".jsonl, .jsonl.gz, .txt, .txt.gz files or a datasets save_to_disk folder"
@@ -57,7 +62,7 @@ HF_BATCH_ROWS = 1000
 Piece = tuple[str, bool, bool]
 
 
-def split_long_text(text: str, piece_chars: int | None = None) -> list[str]:
+def split_long_text(text: str, piece_chars: int | None = None, cut_after: str = GPT2_CUT_AFTER) -> list[str]:
     """Cut a long text into pieces whose GPT-2 encodings concatenate to the whole's.
 
     Each cut is at a line end, between a printable ASCII character (not a space) and the
@@ -65,10 +70,14 @@ def split_long_text(text: str, piece_chars: int | None = None) -> list[str]:
     non-space character with the whitespace after it, and never looks behind, so encoding the
     pieces separately gives the same ids. A text with no such line end stays whole.
 
+    Other tokenizers say after which characters a cut keeps their ids (``cut_after_chars``:
+    Llama 3's regex joins punctuation to the newlines after it, so only letters and digits).
+
     Args:
         text: the document.
         piece_chars: cut at the first eligible line end at or after this many characters
             (default :data:`PIECE_CHARS`).
+        cut_after: the characters a cut may follow (default GPT-2's; "" never cuts).
 
     Returns:
         The pieces, in order (one piece if ``text`` is short or has no cut point).
@@ -77,7 +86,7 @@ def split_long_text(text: str, piece_chars: int | None = None) -> list[str]:
     pieces = []
     start = 0
     while len(text) - start > piece_chars:
-        cut = _find_cut(text, start, start + piece_chars)
+        cut = _find_cut(text, start, start + piece_chars, cut_after)
         if cut < 0:
             break
         pieces.append(text[start:cut])
@@ -86,14 +95,14 @@ def split_long_text(text: str, piece_chars: int | None = None) -> list[str]:
     return pieces
 
 
-def _find_cut(text: str, start: int, from_index: int) -> int:
+def _find_cut(text: str, start: int, from_index: int, cut_after: str) -> int:
     """First cut point > start at a newline at or after ``from_index``, or -1 (see above)."""
     newline = text.find("\n", from_index)
     while newline >= 0:
         cut = newline
         while cut > start and text[cut - 1] == "\r":
             cut -= 1
-        if cut > start and "!" <= text[cut - 1] <= "~":
+        if cut > start and text[cut - 1] in cut_after:
             return cut
         newline = text.find("\n", newline + 1)
     return -1
@@ -108,17 +117,17 @@ class _Counts:
         self.skipped_empty = 0
 
 
-def _document_pieces(text: str, counts: _Counts) -> Iterator[Piece]:
+def _document_pieces(text: str, counts: _Counts, cut_after: str) -> Iterator[Piece]:
     if not text:
         counts.skipped_empty += 1
         return
-    pieces = split_long_text(text) if len(text) > PIECE_CHARS else [text]
+    pieces = split_long_text(text, cut_after=cut_after) if len(text) > PIECE_CHARS else [text]
     last = len(pieces) - 1
     for index, piece in enumerate(pieces):
         yield piece, index == 0, index == last
 
 
-def _jsonl_pieces(path: Path, progress: ByteProgress, counts: _Counts) -> Iterator[Piece]:
+def _jsonl_pieces(path: Path, progress: ByteProgress, counts: _Counts, cut_after: str) -> Iterator[Piece]:
     for line_number, raw in iter_lines(path, progress):
         line = decode_utf8(raw, path, line_number)
         if not line.strip():
@@ -137,10 +146,10 @@ def _jsonl_pieces(path: Path, progress: ByteProgress, counts: _Counts) -> Iterat
         text = record["text"]
         if not isinstance(text, str):
             raise DataError(f"{path}:{line_number}: \"text\" is {type(text).__name__}, not a string")
-        yield from _document_pieces(text, counts)
+        yield from _document_pieces(text, counts, cut_after)
 
 
-def _txt_pieces(path: Path, progress: ByteProgress, counts: _Counts) -> Iterator[Piece]:
+def _txt_pieces(path: Path, progress: ByteProgress, counts: _Counts, cut_after: str) -> Iterator[Piece]:
     """One document per file, streamed: a large file is never held in memory whole."""
     buffer: list[str] = []
     buffered_chars = 0
@@ -151,7 +160,7 @@ def _txt_pieces(path: Path, progress: ByteProgress, counts: _Counts) -> Iterator
         buffer.append(line)
         buffered_chars += len(line)
         if buffered_chars >= threshold:
-            pieces = split_long_text("".join(buffer))
+            pieces = split_long_text("".join(buffer), cut_after=cut_after)
             for piece in pieces[:-1]:
                 yield piece, first, False
                 first = False
@@ -165,7 +174,7 @@ def _txt_pieces(path: Path, progress: ByteProgress, counts: _Counts) -> Iterator
     yield text, first, True
 
 
-def _hf_pieces(source: Source, progress: ByteProgress, counts: _Counts) -> Iterator[Piece]:
+def _hf_pieces(source: Source, progress: ByteProgress, counts: _Counts, cut_after: str) -> Iterator[Piece]:
     path = source.path
     try:
         import datasets
@@ -194,20 +203,21 @@ def _hf_pieces(source: Source, progress: ByteProgress, counts: _Counts) -> Itera
                 if not isinstance(text, str):
                     raise DataError(f"{label}: row {start + offset}: \"text\" is "
                                     f"{type(text).__name__}, not a string")
-                yield from _document_pieces(text, counts)
+                yield from _document_pieces(text, counts, cut_after)
             rows_done += len(texts)
             progress.position = size * rows_done // total_rows
     progress.finish_file(size)
 
 
-def _all_pieces(sources: Sequence[Source], progress: ByteProgress, counts: _Counts) -> Iterator[Piece]:
+def _all_pieces(sources: Sequence[Source], progress: ByteProgress, counts: _Counts,
+                cut_after: str) -> Iterator[Piece]:
     for source in sources:
         if source.kind == "jsonl":
-            yield from _jsonl_pieces(source.path, progress, counts)
+            yield from _jsonl_pieces(source.path, progress, counts, cut_after)
         elif source.kind == "txt":
-            yield from _txt_pieces(source.path, progress, counts)
+            yield from _txt_pieces(source.path, progress, counts, cut_after)
         else:
-            yield from _hf_pieces(source, progress, counts)
+            yield from _hf_pieces(source, progress, counts, cut_after)
 
 
 def _batches(pieces: Iterator[Piece]) -> Iterator[list[Piece]]:
@@ -294,7 +304,8 @@ def _write_runs(writer: SplitWriter, batch: list[Piece], tokens: np.ndarray, sta
         run_begin = index
 
 
-def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, tokenizer: str = "gpt2",
+def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
+                 tokenizer: str | os.PathLike = "gpt2",
                  val_fraction: float = 0.0005, num_workers: int | None = None,
                  progress: bool = True) -> dict[str, Any]:
     """Tokenize a text corpus into ``out_dir/{train,val}.bin`` + ``meta.json``.
@@ -305,7 +316,9 @@ def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     Args:
         inputs: files or folders (see the module docstring for the formats).
         out_dir: output folder; replaced atomically (never partially written).
-        tokenizer: tokenizer name (``gpt2``).
+        tokenizer: tokenizer name (``gpt2``), or the path of a tokenizer file (a ``tokenizer.json``,
+            or a tiktoken BPE file such as Llama 3's ``tokenizer.model``); its name in the meta
+            is ``file:<file name>@<sha256[:12]>``, its path and hash in ``tokenizer_file``.
         val_fraction: expected fraction of documents held out for validation, in [0, 1).
             With two or more documents and a positive fraction, val gets at least one.
         num_workers: tokenizer threads: None = all cores, 1 = single-threaded.
@@ -317,7 +330,8 @@ def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     Raises:
         DataError: a missing or unsupported input, bad UTF-8 or JSON (``file:line``), a
             corpus with no documents, or an ``out_dir`` that holds foreign files.
-        ParameterError: ``val_fraction`` outside [0, 1).
+        ParameterError: ``val_fraction`` outside [0, 1), or an unknown tokenizer name.
+        UnavailableError: a tiktoken file without the tiktoken package.
     """
     if not 0 <= val_fraction < 1:
         raise ParameterError(f"val_fraction must be in [0, 1), got {val_fraction}")
@@ -348,7 +362,8 @@ def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
             writer=writer, inputs_sha256=inputs_sha256, options=options,
             inputs=[{"path": str(source.path), "kind": source.kind, "bytes": source.size_bytes}
                     for source in sources],
-            extra={"skipped_empty_documents": counts.skipped_empty, "num_workers": workers})
+            extra={"skipped_empty_documents": counts.skipped_empty, "num_workers": workers,
+                   **({"tokenizer_file": tok.file_meta()} if isinstance(tok, FileTokenizer) else {})})
         write_meta(partial, meta)
     return meta
 
@@ -366,5 +381,7 @@ def _run_with_progress(sources, tok, writer, workers, counts, byte_progress, pro
             bar.update(byte_progress.done - bar.n)
             bar.set_postfix(tokens=f"{tokens_done[0]:,}", refresh=False)
 
-        encode_pieces_to_stream(_all_pieces(sources, byte_progress, counts), tok, writer, workers, on_batch)
+        # A tokenizer that does not say where a cut keeps its ids gets whole documents.
+        pieces = _all_pieces(sources, byte_progress, counts, getattr(tok, "cut_after_chars", ""))
+        encode_pieces_to_stream(pieces, tok, writer, workers, on_batch)
         bar.update(byte_progress.done - bar.n)

@@ -107,6 +107,38 @@ def resolve_data(data: str, data_root: Path, *, progress: bool) -> str | None:
     return str(Path(data).resolve())
 
 
+def _model_vocab_size(preset: str, vocab_size_override: int | None) -> int:
+    """The token ids a point's model embeds: its preset's vocabulary, or the point's ``vocab_size``."""
+    from accel_kit.models import get_config
+
+    cfg = get_config(preset, **({"vocab_size": vocab_size_override} if vocab_size_override else {}))
+    return cfg.vocab_size  # with model families: family_of(cfg).shape(cfg).vocab_size
+
+
+def check_data_vocab(points: list[TrainPoint]) -> None:
+    """Refuse, before any work, a point whose data holds token ids its model cannot embed.
+
+    Raises:
+        ParameterError: a data's tokenizer has more tokens than its model's vocabulary (both named).
+    """
+    from accel_kit.data import read_meta
+    from accel_kit.tokenizers.gpt2 import VOCAB_SIZE as GPT2_VOCAB
+
+    for p in {(p.preset, p.vocab_size, p.data, p.data_path): p for p in points}.values():
+        if p.data == "synthetic" and p.data_path is None:
+            continue  # drawn from the model's own vocabulary
+        if p.data == "text" and p.data_path is None:
+            tokenizer, tokens = "gpt2", GPT2_VOCAB  # known before the embedded corpus is prepared
+        else:
+            meta = read_meta(p.data_path or p.data)  # a one-line DataError for a folder not prepared
+            tokenizer, tokens = meta["tokenizer"], int(meta["vocab_size"])
+        model = _model_vocab_size(p.preset, p.vocab_size)
+        if tokens > model:
+            of = f"model preset {p.preset!r}" + (f" with vocab_size {p.vocab_size}" if p.vocab_size else "")
+            raise ParameterError(f"data {p.data!r}: its tokenizer {tokenizer} has {tokens:,} tokens, more than the "
+                                 f"{model:,} of {of}; use a preset with at least {tokens:,} (or -p vocab_size {tokens})")
+
+
 def peak_shapes(points: list[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
     """The block GEMM shapes of the points' models (their own products), for the measured peak."""
     from accel_kit.models import family_of, get_config
@@ -122,6 +154,7 @@ def run_points(study: str, params: TrainingParams, system: System, points: list[
                run_id: str, profile: str | None, progress: bool) -> list[dict]:
     """Resolve data, then run (or resume) the sweep with a measured peak reference."""
     params.check(system)
+    check_data_vocab(points)
     adapter = system.adapter_instance()  # fail early, in one line, when the device is missing
     # Per point, each distinct value once: a study may give its points different prepared folders
     # (GenSLM prepares the genomes once per block size).

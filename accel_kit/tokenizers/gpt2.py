@@ -21,6 +21,9 @@ from accel_kit.errors import DataError, UnavailableError
 EOS_TOKEN = "<|endoftext|>"
 VOCAB_SIZE = 50257
 EOS_ID = 50256
+#: A long document may be cut at a newline after any of these (printable ASCII, not a space)
+#: without changing its ids: see ``accel_kit.data.text.split_long_text``.
+CUT_AFTER_CHARS = "".join(map(chr, range(0x21, 0x7F)))
 
 
 def gpt2_files() -> tuple[Path, Path]:
@@ -79,6 +82,7 @@ class GPT2Tokenizer:
     vocab_size = VOCAB_SIZE
     eos_id = EOS_ID
     pad_id = EOS_ID
+    cut_after_chars = CUT_AFTER_CHARS
 
     def __init__(self) -> None:
         # Imported here so that `import accel_kit.tokenizers` stays cheap.

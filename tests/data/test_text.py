@@ -6,12 +6,14 @@ import types
 
 import numpy as np
 import pytest
+from tokenizer_files import write_ranks, write_tokenizer_json
 
 from accel_kit.data import prepare_text
 from accel_kit.data import text as text_module
 from accel_kit.data.corpus import default_text_documents
 from accel_kit.data.text import split_long_text
 from accel_kit.errors import DataError, ParameterError
+from accel_kit.tokenizers import load_tokenizer
 
 from .common import DOCS, expected_stream, read_tokens, write_jsonl
 
@@ -76,6 +78,24 @@ def test_long_txt_file_streams_in_pieces(tmp_path, gpt2, monkeypatch):
     meta = prepare_text([tmp_path / "big.txt"], tmp_path / "out", val_fraction=0.0, progress=False)
     assert meta["documents"] == 1
     assert read_tokens(tmp_path / "out").tolist() == gpt2.encode(text) + [gpt2.eos_id]
+
+
+@pytest.mark.parametrize("kind", ["tiktoken", "tokenizer.json with a normalizer"])
+def test_long_txt_file_with_a_tokenizer_file(tmp_path, monkeypatch, kind):
+    """Llama 3's regex allows cuts after letters and digits only (it joins "." to the newline after it);
+    a tokenizer.json whose rule is not known is never cut. Either way the ids are the whole text's."""
+    if kind == "tiktoken":
+        path = write_ranks(tmp_path / "tokenizer.model")
+    else:
+        spec = json.loads(write_tokenizer_json(tmp_path / "tokenizer.json").read_text())
+        (tmp_path / "tokenizer.json").write_text(json.dumps({**spec, "normalizer": {"type": "NFC"}}))
+        path = tmp_path / "tokenizer.json"
+    text = "end.\nnext line\nHello world.\n" * 200
+    (tmp_path / "big.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(text_module, "PIECE_CHARS", 700)
+    prepare_text([tmp_path / "big.txt"], tmp_path / "out", tokenizer=path, val_fraction=0.0, progress=False)
+    tok = load_tokenizer(path)
+    assert read_tokens(tmp_path / "out").tolist() == tok.encode(text, add_special_tokens=False) + [tok.eos_id]
 
 
 def test_val_split_is_by_document(tmp_path, gpt2):
