@@ -40,6 +40,7 @@ _DECLARED = [
     Metric("hidden_size", "1", "model width", T + B),
     Metric("ffn_hidden_size", "1", "the MLP's inner width", T + B),
     Metric("vocab_size_model", "1", "the embedding's rows, padded", T),
+    Metric("tokenizer", "text", "the tokenizer of the point's prepared data (null: synthetic tokens)", T),
     Metric("n_params", "1", "trainable parameters (a tied embedding once)", T),
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
     Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)", T),

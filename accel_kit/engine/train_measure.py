@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel_kit import flops as F
+from accel_kit.data import tokenizer_of
 from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
 from accel_kit.engine.eager import point_batches, programming_model
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
@@ -58,6 +59,7 @@ class TrainMeasurement(KindMeasurement):
                      "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
                      "tokens_per_step": point.global_batch_size * point.seq_len}
         self.out["model"] = point.preset
+        self.base["tokenizer"] = tokenizer_of(point.data_path)  # None: synthetic tokens
         self.device_bytes = ctx.adapter.total_memory_bytes()
         self.losses: list[float] = []
         self.finetune_losses: list[float] = []

@@ -109,10 +109,10 @@ def resolve_data(data: str, data_root: Path, *, progress: bool) -> str | None:
 
 def _model_vocab_size(preset: str, vocab_size_override: int | None) -> int:
     """The token ids a point's model embeds: its preset's vocabulary, or the point's ``vocab_size``."""
-    from accel_kit.models import get_config
+    from accel_kit.models import family_of, get_config
 
     cfg = get_config(preset, **({"vocab_size": vocab_size_override} if vocab_size_override else {}))
-    return cfg.vocab_size  # with model families: family_of(cfg).shape(cfg).vocab_size
+    return family_of(cfg).shape(cfg).vocab_size
 
 
 def check_data_vocab(points: list[TrainPoint]) -> None:
