@@ -280,3 +280,22 @@ def test_the_family_imports_no_upper_layer():
             todo.extend(graph[module])
     upper = ("accel_kit.engine", "accel_kit.studies", "accel_kit.devices")
     assert not [m for m in reached if m.startswith(upper)]
+
+
+def test_activation_bytes_are_what_a_layer_keeps():
+    """The memory formula against the tensors autograd actually keeps for one bf16 layer's backward
+    (weights and RoPE tables aside; the layer's input counted, as the first norm keeps it)."""
+    layer = FAMILY.build_layer(DEBUG).to(torch.bfloat16)
+    not_activations = {t.untyped_storage().data_ptr() for t in [*layer.parameters(), *layer.buffers()]}
+    kept: dict[int, int] = {}  # storage -> bytes: views of one tensor count once
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in not_activations:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(2, SEQ, DEBUG.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    # CPU SDPA runs its flash kernel for a causal bf16 attention with no mask
+    assert sum(kept.values()) == FAMILY.activation_bytes_per_layer(DEBUG, 2, SEQ, flash_attention=True)

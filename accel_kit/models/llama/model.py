@@ -21,12 +21,43 @@ IGNORE_INDEX = -100  # targets with this value (padding) do not count in the los
 INIT_STD = 0.02  # transformers' LlamaConfig.initializer_range: every linear and the embedding ~ N(0, 0.02^2)
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang and Sennrich 2019) as transformers' ``LlamaRMSNorm`` computes it.
+class _RMSNormFunction(torch.autograd.Function):
+    """transformers' ``LlamaRMSNorm`` forward, op for op, with a backward that keeps less.
 
-    Normalised in fp32, cast back to the input's dtype, then scaled by the weight (in the weight's
-    dtype). ``F.rms_norm`` gives bit-identical outputs and gradients to transformers' explicit
-    pow/mean/rsqrt in fp32 (checked on torch 2.13 CPU) in one call.
+    Forward as transformers computes it: normalise in fp32, cast back to the input's dtype,
+    scale by the weight. Autograd through those ops would keep the fp32 copy of a 16-bit input
+    and the normalised tensor besides the input (4 sbh bytes more per norm at 16 bits); this
+    keeps only the input and the fp32 inverse RMS and recomputes the rest in backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x32 = x.float()
+        inv_rms = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1) fp32
+        ctx.save_for_backward(x, inv_rms, weight)
+        return weight * (x32 * inv_rms).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, inv_rms, weight = ctx.saved_tensors
+        normed = x.float() * inv_rms  # n = x r, fp32, recomputed
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed.to(x.dtype)).reshape(-1, normed.shape[-1]).sum(0).to(weight.dtype)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_normed = (grad * weight).float()  # g_n, in the product's dtype then fp32, as autograd would
+            # d/dx of x r(x), r = (mean(x^2) + eps)^-1/2: dr/dx_i = -r^3 x_i / h, so
+            # dL/dx = r (g_n - n mean(g_n n)).
+            grad_x = (inv_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))).to(x.dtype)
+        return grad_x, grad_weight, None
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang and Sennrich 2019), numerically transformers' ``LlamaRMSNorm``.
+
+    The forward is bit-identical to theirs in every dtype (the same ops in the same order); the
+    backward is the same derivative, in other summation orders (``_RMSNormFunction``).
     """
 
     def __init__(self, hidden_size: int, eps: float):
@@ -35,8 +66,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
-        return self.weight * normed.to(x.dtype)
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 class LlamaAttention(nn.Module):
@@ -62,13 +92,16 @@ class LlamaAttention(nn.Module):
         if T > self.rope_cos.shape[0]:
             raise ValueError(f"sequence of {T} tokens is longer than the RoPE tables' {self.rope_cos.shape[0]} positions")
         nh, nkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self.qkv_proj(x)  # (B, T, (nh + 2 nkv) hd)
+        # split, not slicing: split's backward concatenates the parts' gradients, where each slice's
+        # would fill a zero tensor of the whole width and add into it.
+        qk, v = self.qkv_proj(x).split([(nh + nkv) * hd, nkv * hd], dim=-1)  # (B, T, (nh + nkv) hd), (B, T, nkv hd)
         # RoPE on queries and keys together: one set of elementwise kernels for both.
-        qk = qkv[..., : (nh + nkv) * hd].unflatten(-1, (nh + nkv, hd))  # (B, T, nh + nkv, hd) view
-        qk = apply_rope(qk, self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype))
-        q = qk[:, :, :nh].transpose(1, 2)  # (B, nh, T, hd), strided views: SDPA takes them as they are
-        k = qk[:, :, nh:].transpose(1, 2)  # (B, nkv, T, hd)
-        v = qkv[..., (nh + nkv) * hd:].unflatten(-1, (nkv, hd)).transpose(1, 2)  # (B, nkv, T, hd)
+        qk = apply_rope(qk.unflatten(-1, (nh + nkv, hd)), self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype))
+        q, k = qk.split([nh, nkv], dim=2)  # (B, T, nh, hd), (B, T, nkv, hd)
+        # (B, heads, T, hd) strided views: SDPA takes them as they are. v is copied out of the qkv
+        # output (nkv hd wide, a small copy) so that what SDPA keeps for backward does not hold
+        # all of it, the pre-RoPE q and k included (2 sb (nh + nkv) hd bytes at 16 bits).
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.contiguous().unflatten(-1, (nkv, hd)).transpose(1, 2)
         # enable_gqa: SDPA broadcasts each key/value head over its query group inside the kernel,
         # with no repeated (B, nh, T, hd) copies of k and v (see the module's speed note).
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nkv != nh)  # (B, nh, T, hd)
