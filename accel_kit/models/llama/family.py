@@ -9,8 +9,8 @@ from typing import ClassVar
 
 from torch import nn
 
+import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
-import accel_kit.models.llama.hf as llama_hf  # by its full name: no edge through the package's face
 from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.model import Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
@@ -41,7 +41,7 @@ class Llama3(Family):
         if impl == "native":
             return LlamaBlock(cfg)
         if impl == "hf":
-            return llama_hf.hf_layer(cfg)
+            return llama_hf.HFLlamaLayer(cfg)
         raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")
 
     # --- shape and work

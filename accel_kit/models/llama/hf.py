@@ -26,7 +26,11 @@ def rope_parameters(cfg: LlamaConfig) -> dict:
 
 
 def hf_config(cfg: LlamaConfig):
-    """The transformers ``LlamaConfig`` of the same shape (SDPA attention, no dropout, no biases)."""
+    """The transformers ``LlamaConfig`` of the same shape (SDPA attention, no dropout, no biases).
+
+    transformers warns when the context (``seq_len``) is not longer than the scaling's original
+    one (a benchmark's short sequences): harmless, as Llama 3.1's frequencies do not depend on it.
+    """
     from transformers import LlamaConfig as HFLlamaConfig
 
     hf = HFLlamaConfig(vocab_size=cfg.padded_vocab_size, hidden_size=cfg.hidden_size,
@@ -132,25 +136,24 @@ def from_hf(hf_model, *, vocab_size: int | None = None) -> Llama:
     return model
 
 
-def hf_layer(cfg: LlamaConfig):
+class HFLlamaLayer(torch.nn.Module):
     """transformers' ``LlamaDecoderLayer`` of ``cfg``'s shape as a ``(B, T, h) -> (B, T, h)`` module.
 
     The decoder layer takes its RoPE cos/sin from the caller (``LlamaModel`` computes them once
     per forward); this wrapper computes them itself with ``LlamaRotaryEmbedding`` each call,
-    as the whole model would for one layer. SDPA attention, causal (no mask given).
+    as the whole model would for one layer. SDPA attention, causal (no mask given). Its
+    weights are ``layer``'s, under transformers' names (``split_fused`` maps ours onto them).
     """
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-    class HFLlamaLayer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            config = hf_config(cfg)
-            self.layer = LlamaDecoderLayer(config, layer_idx=0)
-            self.rotary_emb = LlamaRotaryEmbedding(config)
+    def __init__(self, cfg: LlamaConfig):
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
-            out = self.layer(x, position_embeddings=self.rotary_emb(x, positions), position_ids=positions)
-            return out[0] if isinstance(out, tuple) else out  # a tuple in transformers 4.x
+        super().__init__()
+        config = hf_config(cfg)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
 
-    return HFLlamaLayer()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
+        out = self.layer(x, position_embeddings=self.rotary_emb(x, positions), position_ids=positions)
+        return out[0] if isinstance(out, tuple) else out  # a tuple in transformers 4.x

@@ -6,6 +6,15 @@ on queries and keys; no biases anywhere. Two projections are fused for speed, on
 instead of three and two: ``qkv_proj`` holds transformers' q_proj, k_proj, v_proj rows stacked
 in that order, ``gate_up_proj`` their gate_proj then up_proj rows (``llama.hf`` splits them).
 Other names follow transformers' ``LlamaForCausalLM`` so the rest converts by name.
+
+Speed on a CPU (Llama 3.2 1B's layer, batch 1, 256 tokens, forward and backward; AMD EPYC with
+AVX-512 and avx512_bf16, torch 2.13, one and two threads): on par with transformers'
+``LlamaDecoderLayer``, 0.96-1.02x in fp32 and bf16. The matrix products are 91-96 % of the time
+and MKL (fp32) and oneDNN (bf16) run them at the same rate fused or split; the fusions are for
+devices where each product is a kernel launch. What the choices here measured (one thread):
+SDPA with ``enable_gqa`` 25.2 ms against 27.8 ms with k and v repeated per query head (fp32;
+bf16 28.2 against 29.4), and it keeps no repeated copies for backward; ``_RMSNormFunction``
+1.3 ms against 1.85 ms per norm (fp32) for transformers' autograd through its ops.
 """
 from __future__ import annotations
 
@@ -103,7 +112,8 @@ class LlamaAttention(nn.Module):
         # all of it, the pre-RoPE q and k included (2 sb (nh + nkv) hd bytes at 16 bits).
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.contiguous().unflatten(-1, (nkv, hd)).transpose(1, 2)
         # enable_gqa: SDPA broadcasts each key/value head over its query group inside the kernel,
-        # with no repeated (B, nh, T, hd) copies of k and v (see the module's speed note).
+        # with no repeated (B, nh, T, hd) copies of k and v; faster than repeating them on CPU
+        # in fp32 and bf16 (the module's speed note), and no copies kept for backward.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nkv != nh)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
