@@ -1,0 +1,127 @@
+"""``Llama3``: what the Llama 3 family answers (shape, FLOPs, GEMMs, memory, structure, conversion).
+
+FLOPs follow ``accel_kit.flops``: 2 per multiply-add, attention over the full score matrix,
+backward twice the forward.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import nn
+
+import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
+from accel_kit.models.llama.config import LlamaConfig
+from accel_kit.models.llama.model import Llama, LlamaBlock
+from accel_kit.models.llama.presets import PRESETS, SOURCES
+
+BYTES_16BIT = 2  # Korthikanti's accounting is for 16-bit activations
+BYTES_FP32 = 4  # SDPA's logsumexp and RMSNorm's inverse RMS stay fp32
+
+
+class Llama3(Family):
+    """Llama 3 / 3.1 / 3.2 (Dubey et al. 2024): RMSNorm, GQA with RoPE, SwiGLU, no biases."""
+
+    name: ClassVar[str] = "llama"
+    config_type: ClassVar[type] = LlamaConfig
+    presets: ClassVar[dict[str, LlamaConfig]] = PRESETS
+    sources: ClassVar[dict[str, str]] = SOURCES
+    # The shape is the release's; a point may change the vocabulary (another tokenizer), the
+    # context, the embedding padding, and pass the engine's kernel flag (no effect here). No
+    # dropout: Llama has none.
+    overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple", "narrow_linear_fast_path")
+    hf_model_class: ClassVar[str] = "LlamaForCausalLM"
+
+    # --- building
+
+    def build(self, cfg: LlamaConfig, *, activation_checkpointing: bool = False) -> Llama:
+        return Llama(cfg, activation_checkpointing=activation_checkpointing)
+
+    def build_layer(self, cfg: LlamaConfig, impl: str = "native") -> nn.Module:
+        if impl == "native":
+            return LlamaBlock(cfg)
+        if impl == "hf":
+            return llama_hf.HFLlamaLayer(cfg)
+        raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")
+
+    # --- shape and work
+
+    def shape(self, cfg: LlamaConfig) -> ModelShape:
+        return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
+                          n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,
+                          vocab_size_model=cfg.padded_vocab_size)
+
+    def layer_flop_terms(self, cfg: LlamaConfig, seq_len: int) -> FlopTerms:
+        """Forward FLOPs per token of one layer: 2 per weight of its linears, plus attention's products.
+
+        Weights: q_proj h x (nh hd); k_proj and v_proj h x (nkv hd) each (GQA's narrower keys and
+        values); o_proj (nh hd) x h; gate, up and down h x ffn each (SwiGLU's three matrices). Each
+        weight is one multiply-add per token: 2 FLOPs. Attention: the scores Q K^T are hd
+        multiply-adds per (query head, key position) and the weighted sum P V as many again, for
+        every one of the nh query heads (GQA shares K and V between heads, not the products) over
+        all seq_len positions (the full matrix, as ``accel_kit.flops`` counts it): 2 x 2 x seq_len x nh hd.
+        """
+        return FlopTerms(matmul=2 * self.layer_weight_count(cfg), attention=4 * seq_len * cfg.n_heads * cfg.head_dim)
+
+    def gemm_shapes(self, cfg: LlamaConfig, tokens: int) -> tuple[tuple[int, int, int], ...]:
+        """(M, K, N) of the fused qkv, o_proj, fused gate+up and down products, in forward order."""
+        h, q, kv, f = cfg.hidden_size, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden_size
+        return ((tokens, h, q + 2 * kv), (tokens, q, h), (tokens, h, 2 * f), (tokens, f, h))
+
+    # --- memory
+
+    def activation_bytes_per_layer(self, cfg: LlamaConfig, micro_batch: int, seq_len: int, *,
+                                   flash_attention: bool) -> int:
+        """Bytes one layer keeps for backward, 16-bit activations (Korthikanti et al. 2022, section 4.1,
+        adapted to RMSNorm, GQA and SwiGLU, with no dropout).
+
+        With s sequence, b batch, h hidden, a = n_heads, dq = a hd, dkv = n_kv_heads hd, f = FFN width:
+
+        - the two RMSNorms: each input, 2 sbh, and its fp32 inverse RMS, 4 sb: 4 sbh + 8 sb;
+        - qkv_proj's input (the first norm's output): 2 sbh;
+        - attention's q, k, v after RoPE (RoPE's backward needs only the cos/sin tables): 2 sb (dq + 2 dkv);
+        - attention's output, saved by SDPA and, as the same tensor, o_proj's input: 2 sb dq;
+        - flash attention: its fp32 logsumexp per query head and position, 4 abs; without it,
+          the softmax probabilities, 2 a s^2 b (Korthikanti's 5 a s^2 b counts dropout's mask and
+          output besides, which Llama has not);
+        - gate_up_proj's input (the second norm's output): 2 sbh;
+        - SwiGLU: gate and up (silu's and the product's backward read them), silu(gate) (the
+          product's backward), and their product (down_proj's input): 4 x 2 sbf.
+
+        In all 8 sbh + 4 sb (dq + dkv) + 8 sbf + 8 sb + attention's term; the residual adds keep
+        nothing. (GPT-2's 34 sbh is the same count with dropout masks and 4h MLP.)
+        """
+        s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
+        dq, dkv, f = a * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden_size
+        norms = 2 * (BYTES_16BIT * s * b * h + BYTES_FP32 * s * b)
+        attention_in = BYTES_16BIT * s * b * (h + dq + 2 * dkv + dq)
+        scores = BYTES_FP32 * a * s * b if flash_attention else BYTES_16BIT * a * s * s * b
+        mlp = BYTES_16BIT * s * b * (h + 4 * f)
+        return norms + attention_in + scores + mlp
+
+    def layer_weight_count(self, cfg: LlamaConfig) -> int:
+        """Weights of one layer's linears (q, k, v, o, gate, up, down); the two norms' 2h weights not counted."""
+        h, q, kv, f = cfg.hidden_size, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden_size
+        return h * (q + 2 * kv) + q * h + 3 * h * f
+
+    # --- structure
+
+    def prunable_linears(self, model: nn.Module) -> list[tuple[str, nn.Linear]]:
+        """Every block's linears (fused qkv, o, fused gate+up, down), by qualified name."""
+        return [(name, m) for name, m in model.named_modules()
+                if isinstance(m, nn.Linear) and name.startswith("layers.")]
+
+    def pipeline_stages(self, model: nn.Module) -> PipelineStages:
+        # Each block holds its own RoPE tables, so the blocks split with nothing shared to carry.
+        return PipelineStages(embedding=("embed_tokens",), blocks="layers", head=("norm", "lm_head"))
+
+    # --- transformers
+
+    def to_hf(self, model: Llama) -> nn.Module:
+        return llama_hf.to_hf(model)
+
+    def from_hf(self, hf_model: nn.Module) -> Llama:
+        return llama_hf.from_hf(hf_model)
+
+    def hf_config(self, cfg: LlamaConfig):
+        return llama_hf.hf_config(cfg)
