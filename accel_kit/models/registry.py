@@ -13,9 +13,11 @@ from torch import nn
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import Family
 from accel_kit.models.gpt2 import FAMILY as GPT2
+from accel_kit.models.llama import FAMILY as LLAMA
 
 FAMILIES: dict[str, Family] = {
     "gpt2": GPT2,
+    "llama": LLAMA,
 }
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
-from accel_kit.models.llama.config import LlamaConfig
+from accel_kit.models.llama.config import LlamaConfig, RopeScaling
 from accel_kit.models.llama.model import Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
 
@@ -46,10 +46,15 @@ class Llama3(Family):
 
     # --- shape and work
 
+    def config_from_dict(self, data: dict) -> LlamaConfig:
+        # asdict flattens the nested RoPE scaling record; build it again.
+        scaling = data.get("rope_scaling")
+        return LlamaConfig(**(data | {"rope_scaling": RopeScaling(**scaling) if scaling else None}))
+
     def shape(self, cfg: LlamaConfig) -> ModelShape:
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
                           n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,
-                          vocab_size_model=cfg.padded_vocab_size)
+                          vocab_size_model=cfg.padded_vocab_size, vocab_size=cfg.vocab_size)
 
     def layer_flop_terms(self, cfg: LlamaConfig, seq_len: int) -> FlopTerms:
         """Forward FLOPs per token of one layer: 2 per weight of its linears, plus attention's products.

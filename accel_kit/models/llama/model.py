@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from accel_kit.models.family import IGNORE_INDEX
 from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.rope import apply_rope, rope_tables
 
-IGNORE_INDEX = -100  # targets with this value (padding) do not count in the loss (as GPT's, and F.cross_entropy's default)
 INIT_STD = 0.02  # transformers' LlamaConfig.initializer_range: every linear and the embedding ~ N(0, 0.02^2)
 
 
