@@ -6,6 +6,8 @@ specific figures (published counts, transformers equivalence) are in each family
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -106,3 +108,40 @@ def test_configs_round_trip_as_data(family_and_preset):
     family, preset = family_and_preset
     cfg = get_config(preset)
     assert family.config_from_dict(family.config_dict(cfg)) == cfg
+
+
+def test_a_training_point_of_the_family_runs_sparse_and_records_its_shape(family_and_preset):
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.worker import run_point
+
+    family, preset = family_and_preset
+    point = TrainPoint(system="cpu", preset=preset, precision="fp32", micro_batch_size=2, seq_len=32, steps=2,
+                       warmup_steps=1, sparsity=0.5, sparsity_pattern="2:4")
+    result = run_point(point, rank=0, world=1, local_rank=0)
+    assert result["status"] == "ok", result.get("reason")
+    m = result["metrics"]
+    cfg = get_config(preset, seq_len=32)
+    shape = family.shape(cfg)
+    assert {k: m[k] for k in ("family", "n_kv_heads", "ffn_hidden_size", "n_layers")} == {
+        "family": family.name, "n_kv_heads": shape.n_kv_heads, "ffn_hidden_size": shape.ffn_hidden_size,
+        "n_layers": shape.n_layers}
+    terms = family.flop_terms(cfg, 32)
+    assert m["flops_per_token"] == terms.total()
+    assert m["flops_per_token_effective"] == terms.sparse(terms.matmul // 2 // 2)  # half the weights, 2 FLOPs each
+    assert m["tokenizer"] is None  # synthetic tokens
+    assert all(math.isfinite(loss) for loss in m["losses"])
+
+
+def test_one_layer_of_the_family_is_timed_with_its_own_flops(family_and_preset):
+    from accel_kit.engine.point import BlockPoint
+    from accel_kit.engine.worker import run_point
+
+    family, preset = family_and_preset
+    point = BlockPoint(system="cpu", impl="native", precision="fp32", preset=preset, seq_len=16, batch_size=2,
+                       direction="forward_backward", warmup=1, trials=2, tf32=False, torch_compile=False,
+                       noisy_cv=0.5, seed=0)
+    result = run_point(point, rank=0, world=1, local_rank=0)
+    assert result["status"] == "ok", result.get("reason")
+    cfg = get_config(preset, seq_len=16)
+    assert result["metrics"]["flops"] == 2 * 16 * family.layer_flop_terms(cfg, 16).total("forward_backward")
+    assert result["metrics"]["family"] == family.name
