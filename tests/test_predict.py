@@ -216,3 +216,15 @@ def test_what_if_on_real_records_lists_inputs_and_error(cpu_records):
     assert run.predictions[0].memory_per_device_gib > 0.1  # the baseline of a Python + torch process
     assert "leave-one-out" in run.held_out_summary()
     assert "what_if_held_out" in run.figures()
+
+
+def test_the_step_shape_of_a_llama_preset_comes_from_its_family():
+    from accel_kit.models import family_of, get_config
+
+    shape = shape_for("llama3-debug", seq_len=64, micro_batch_size=2, gas=2, precision="bf16")
+    cfg = get_config("llama3-debug", seq_len=64)
+    terms = family_of(cfg).flop_terms(cfg, 64)
+    assert shape.flops_per_step_per_device == 2 * 64 * 2 * terms.total()
+    work = dict(zip(TERMS, shape.work()))
+    assert work["attention_flops"] == 2 * 64 * 2 * terms.attention * 3
+    assert shape.memory_estimate_bytes() > 0 and shape.grad_bytes() == shape.n_params * 2
