@@ -50,6 +50,10 @@ PRESETS: dict[str, LlamaConfig] = {
     "llama3-debug": LlamaConfig(n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
                                 ffn_hidden_size=llama3_ffn_width(64, 1.5, 256), vocab_size=512, seq_len=256,
                                 rope_scaling=DEBUG_ROPE, tie_embeddings=True),
+    # A GPT-2-small-sized Llama 3 for CPU benchmarks (benchmarks/train_vs_hf.py): the released vocabulary and RoPE.
+    "llama3-small": LlamaConfig(n_layers=12, hidden_size=768, n_heads=12, n_kv_heads=4,
+                                ffn_hidden_size=llama3_ffn_width(768, 1.0, 256), vocab_size=LLAMA3_VOCAB,
+                                seq_len=LLAMA3_CONTEXT, rope_scaling=LLAMA31_ROPE, tie_embeddings=True),
     # layers, hidden, heads, ffn_dim_multiplier, multiple_of -> FFN 8192, 8192, 14336, 28672, 53248
     "llama3.2-1b": _release(16, 2048, 32, 1.5, 256, tied=True, rope=LLAMA32_ROPE),
     "llama3.2-3b": _release(28, 3072, 24, 1.0, 256, tied=True, rope=LLAMA32_ROPE),
@@ -62,6 +66,8 @@ _META = "Meta's params.json (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multipl
         "transformers config.json of meta-llama/"
 SOURCES: dict[str, str] = {
     "llama3-debug": "ours: a two-layer test model, 512-token vocabulary, RoPE scaling by 32 beyond 64 positions",
+    "llama3-small": "ours, not a released model: GPT-2 small's 12 layers of 768 with 12 heads over 4 KV heads, "
+                    "Meta's FFN rule (multiplier 1.0, multiple 256), the released vocabulary and RoPE, tied",
     "llama3.2-1b": _META + "Llama-3.2-1B: 16 layers, d 2048, 32 heads (of 64), 8 KV heads, multiplier 1.5 / "
                            "multiple 256 (FFN 8192), tied embeddings, RoPE factor 32",
     "llama3.2-3b": _META + "Llama-3.2-3B: 28 layers, d 3072, 24 heads, 8 KV heads, multiplier 1.0 / multiple 256 "
