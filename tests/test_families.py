@@ -145,3 +145,20 @@ def test_one_layer_of_the_family_is_timed_with_its_own_flops(family_and_preset):
     cfg = get_config(preset, seq_len=16)
     assert result["metrics"]["flops"] == 2 * 16 * family.layer_flop_terms(cfg, 16).total("forward_backward")
     assert result["metrics"]["family"] == family.name
+
+
+def test_grouped_query_attention_without_enable_gqa_repeats_kv_to_the_same_result(monkeypatch):
+    """torch 2.4 (the Cerebras environment's) has no enable_gqa: the fallback repeats k and v per query head."""
+    from accel_kit.models import sdpa
+    from numerics import eps
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 8, 32, 16), torch.randn(2, 2, 32, 16), torch.randn(2, 2, 32, 16)
+    if not sdpa.HAS_ENABLE_GQA:
+        pytest.skip("this torch has only the fallback")
+    native = sdpa.causal_attention(q, k, v)
+    monkeypatch.setattr(sdpa, "HAS_ENABLE_GQA", False)
+    repeated = sdpa.causal_attention(q, k, v)
+    # The same products in either path; a different kernel may order the sums over the 32 keys differently:
+    # each output is a weighted mean of v, off by at most ~2 roundings per key.
+    assert torch.allclose(native, repeated, rtol=0, atol=2 * 32 * eps(torch.float32) * v.abs().max().item())

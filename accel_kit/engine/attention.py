@@ -17,9 +17,10 @@ import contextlib
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 # The documented hook for seeing dispatched aten ops (PyTorch "Extending PyTorch": __torch_dispatch__).
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from accel_kit.models.sdpa import causal_attention
 
 AttentionKernel = Literal["auto", "flash", "efficient", "math"]
 
@@ -81,8 +82,8 @@ def probe_attention_kernel(kernel: AttentionKernel, *, n_heads: int, head_dim: i
     Args:
         kernel: the point's choice ("auto" or a forced kernel).
         n_heads, head_dim, seq_len: the model's attention shape.
-        n_kv_heads: key/value heads where fewer than ``n_heads`` (grouped-query attention: the models
-            call SDPA with ``enable_gqa``, and so does the probe).
+        n_kv_heads: key/value heads where fewer than ``n_heads`` (grouped-query attention; the probe
+            makes the models' own call, ``accel_kit.models.sdpa.causal_attention``).
         device: where training runs.
         dtype: the autocast dtype of mixed precision, or None for fp32.
 
@@ -101,11 +102,11 @@ def probe_attention_kernel(kernel: AttentionKernel, *, n_heads: int, head_dim: i
     kv_heads = n_kv_heads or n_heads
     q, k, v = (torch.randn(1, heads, seq_len, head_dim, device=device, dtype=dtype or torch.float32,
                            requires_grad=True) for heads in (n_heads, kv_heads, kv_heads))  # (B, nh, T, hs)
-    gqa = {"enable_gqa": True} if kv_heads != n_heads else {}
+
     autocast = (torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext())
     try:
         with attention_context(kernel), autocast, _OpNames() as ops:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+            causal_attention(q, k, v)  # the models' own call (GQA included)
     except RuntimeError as exc:
         if kernel != "auto" and ("No viable backend" in str(exc) or "No available kernel" in str(exc)):
             raise AttentionKernelUnavailable(

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel_kit.models.sdpa import causal_attention
+
 
 @dataclass(frozen=True)
 class BlockConfig:
@@ -105,7 +107,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         # (B, T, 3C) -> (3, B, nh, T, hs) without copies: SDPA takes strided views.
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        y = causal_attention(q, k, v)  # (B, nh, T, hs): SDPA, causal
         return _linear(y.transpose(1, 2).reshape(B, T, C), self.c_proj, self.fast_path)
 
 

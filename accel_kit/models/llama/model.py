@@ -26,6 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from accel_kit.models.family import IGNORE_INDEX
 from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.rope import apply_rope, rope_tables
+from accel_kit.models.sdpa import causal_attention
 
 INIT_STD = 0.02  # transformers' LlamaConfig.initializer_range: every linear and the embedding ~ N(0, 0.02^2)
 
@@ -111,10 +112,10 @@ class LlamaAttention(nn.Module):
         # output (nkv hd wide, a small copy) so that what SDPA keeps for backward does not hold
         # all of it, the pre-RoPE q and k included (2 sb (nh + nkv) hd bytes at 16 bits).
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.contiguous().unflatten(-1, (nkv, hd)).transpose(1, 2)
-        # enable_gqa: SDPA broadcasts each key/value head over its query group inside the kernel,
-        # with no repeated (B, nh, T, hd) copies of k and v; faster than repeating them on CPU
+        # enable_gqa (where torch has it): SDPA broadcasts each key/value head over its query group inside
+        # the kernel, with no repeated (B, nh, T, hd) copies of k and v; faster than repeating them on CPU
         # in fp32 and bf16 (the module's speed note), and no copies kept for backward.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=nkv != nh)  # (B, nh, T, hd)
+        y = causal_attention(q, k, v)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
 
