@@ -213,3 +213,12 @@ def test_interrupt_kills_the_point_and_exit_closes_the_server(probe_path, tmp_pa
     proc.terminate()
     proc.wait()
     assert _gone(server)
+
+
+def test_consecutive_tests_share_a_server():
+    # pytest names each test in PYTEST_CURRENT_TEST; nothing reads it at import, so it is not in the key
+    # (else every test that runs a point would wait for a server of its own).
+    env = dict(os.environ, PYTEST_CURRENT_TEST="tests/a.py::test_a (call)")
+    next_test = env | {"PYTEST_CURRENT_TEST": "tests/b.py::test_b (setup)"}
+    assert forkserver.server_key(env) == forkserver.server_key(next_test)
+    assert forkserver.server_key(env) != forkserver.server_key(env | {"ATEN_CPU_CAPABILITY": "default"})
