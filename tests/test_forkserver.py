@@ -54,13 +54,18 @@ class Probe(Point):
             "finite": bool(torch.isfinite(x).all())}}
 
 
+@pytest.fixture(scope="module")
+def _servers_closed_after_the_module():
+    """The module's tests share their fork servers (one key: this PYTHONPATH), closed after the last."""
+    yield
+    forkserver.shutdown()
+
+
 @pytest.fixture
-def probe_path(monkeypatch):
+def probe_path(monkeypatch, _servers_closed_after_the_module):
     """The child imports this module by name: tests/ on its path (and on ours)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.syspath_prepend(str(TESTS))
-    yield
-    forkserver.shutdown()
 
 
 def _run(point: Point, monkeypatch, *, fork: bool, timeout_s: float = 120, **kw) -> dict:
@@ -82,6 +87,14 @@ def _gone(pid: int, within_s: float = 60) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _read_pids(pid_file: Path) -> list[int] | None:
+    """The pids a sleeping probe wrote; None where it did not get that far."""
+    try:
+        return json.loads(pid_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 @pytest.mark.slow
@@ -115,8 +128,12 @@ def test_server_starts_no_thread_pool_and_no_device(probe_path):
             "preload()\n"
             "if sys.argv[1] == '1': torch.randn(1 << 22).exp()\n"
             "print(len(os.listdir('/proc/self/task')))")
-    counts = [int(subprocess.run([sys.executable, "-c", code, touch], env=env, capture_output=True, text=True,
-                                 check=True).stdout) for touch in ("0", "1")]
+    # (the two side by side: each counts only its own threads)
+    procs = [subprocess.Popen([sys.executable, "-c", code, touch], env=env, stdout=subprocess.PIPE, text=True)
+             for touch in ("0", "1")]
+    outputs = [proc.communicate()[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    counts = [int(out) for out in outputs]
     untouched, touched = counts
     if touched == untouched:
         pytest.skip("a parallel region starts no thread on this machine: the check cannot tell")
@@ -146,10 +163,17 @@ def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatc
     assert crash["status"] == "error" and "worker exited with status -11" in crash["reason"]
     pid_file = tmp_path / "pids.json"
     hang = Probe(system="cpu", precision="fp32", action="spawn_and_sleep", pid_file=str(pid_file))
-    # A generous timeout: the result must be the timeout's whatever the machine's load.
-    timed_out = _run(hang, monkeypatch, fork=True, timeout_s=20)
-    assert timed_out["status"] == "error" and "timeout" in timed_out["reason"]
-    child, server, helper = json.loads(pid_file.read_text())
+    # Only the timeout ends the point (it sleeps an hour). Its pids are known once it has reached its
+    # sleep, a second or so after the fork: where a busy machine has not got it there within the
+    # timeout, the point (killed all the same) runs again with a longer one, instead of failing.
+    for timeout_s in (5, 30, 120):
+        pid_file.unlink(missing_ok=True)
+        timed_out = _run(hang, monkeypatch, fork=True, timeout_s=timeout_s)
+        assert timed_out["status"] == "error" and "timeout" in timed_out["reason"]
+        pids = _read_pids(pid_file)
+        if pids:
+            break
+    child, server, helper = pids
     assert _gone(child) and _gone(helper)
     assert not _gone(server, within_s=0)  # the server stays for the next point
 
@@ -213,3 +237,12 @@ def test_interrupt_kills_the_point_and_exit_closes_the_server(probe_path, tmp_pa
     proc.terminate()
     proc.wait()
     assert _gone(server)
+
+
+def test_consecutive_tests_share_a_server():
+    # pytest names each test in PYTEST_CURRENT_TEST; nothing reads it at import, so it is not in the key
+    # (else every test that runs a point would wait for a server of its own).
+    env = dict(os.environ, PYTEST_CURRENT_TEST="tests/a.py::test_a (call)")
+    next_test = env | {"PYTEST_CURRENT_TEST": "tests/b.py::test_b (setup)"}
+    assert forkserver.server_key(env) == forkserver.server_key(next_test)
+    assert forkserver.server_key(env) != forkserver.server_key(env | {"ATEN_CPU_CAPABILITY": "default"})

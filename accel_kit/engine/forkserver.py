@@ -20,7 +20,8 @@ What a fork cannot change is read at the server's start: the C allocator's setti
 are keyed by the interpreter, the working directory and the whole environment except what the
 child applies itself: ``OMP_NUM_THREADS`` (``torch.set_num_threads`` in the child, as OpenMP read
 the variable when it loaded in the server) and accel-kit's own ``ACCEL_KIT_*`` variables, which
-accel-kit reads when called, never at import. The child's ``os.environ`` is the point's exact
+accel-kit reads when called, never at import (and pytest's ``PYTEST_CURRENT_TEST``, which names each test
+in turn). The child's ``os.environ`` is the point's exact
 environment.
 
 Lifetime: a server starts on a runner's first point of its key and lives as long as the runner
@@ -59,6 +60,10 @@ MAX_SERVERS = 2  # each holds torch's memory (a few hundred MiB); tests change P
 #: Variables the child applies itself, so they are not part of a server's key.
 CHILD_APPLIED = ("OMP_NUM_THREADS",)
 CHILD_APPLIED_PREFIX = "ACCEL_KIT_"
+#: Variables that nothing reads at import and that change from call to call: not part of a server's key
+#: either (pytest sets PYTEST_CURRENT_TEST to each test's id; with it, every test started a server of its own).
+#: The child still gets the point's value: its ``os.environ`` is the point's exact environment.
+KEY_IGNORED = ("PYTEST_CURRENT_TEST",)
 #: Imported before any fork: what the worker imports for every point kind (no device is touched).
 PRELOAD = ("torch", "torch.distributed",
            # imported by a model's first build on the meta device (count_params): seconds, and no thread
@@ -108,7 +113,7 @@ class ServerGone(RuntimeError):
 def server_key(env: dict[str, str], cwd: str | None = None) -> tuple:
     """What a server's preloaded state depends on: the interpreter, the directory, the environment it starts with."""
     kept = tuple(sorted((k, v) for k, v in env.items()
-                        if k not in CHILD_APPLIED and not k.startswith(CHILD_APPLIED_PREFIX)))
+                        if k not in CHILD_APPLIED and k not in KEY_IGNORED and not k.startswith(CHILD_APPLIED_PREFIX)))
     return sys.executable, cwd or os.getcwd(), kept
 
 
