@@ -173,6 +173,7 @@ def test_failures_keep_output_and_timeout_kills_the_group(probe_path, monkeypatc
         pids = _read_pids(pid_file)
         if pids:
             break
+    assert pids, "the point did not reach its sleep within even a 120 s timeout"
     child, server, helper = pids
     assert _gone(child) and _gone(helper)
     assert not _gone(server, within_s=0)  # the server stays for the next point
