@@ -1,0 +1,12 @@
+"""The gradient-accumulation notebook end to end with tiny sizes (papermill), asserting on the records."""
+import pytest
+from training_notebooks import TINY, run_notebook
+
+
+@pytest.mark.slow
+def test_gas_notebook(out_dir):
+    df = run_notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1],
+                      **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic")
+    assert list(df["gas"]) == [1, 2] and set(df["status"]) == {"ok"}
+    assert list(df["global_batch_size"]) == [1, 2]
+    assert (out_dir / "gas" / "figures" / "gas_tokens_per_s.html").exists()
