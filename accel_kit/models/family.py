@@ -17,11 +17,35 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from accel_kit.flops import direction_factor
 
 IGNORE_INDEX = -100  # targets with this value (padding) do not count in any family's loss
+
+
+def run_blocks(blocks: Any, x: Any, *, checkpointing: bool, training: bool) -> Any:
+    """``x`` through every block in turn; with ``checkpointing`` (training, grad on) each block keeps only
+    its input and recomputes the rest in backward."""
+    for block in blocks:
+        if checkpointing and training and torch.is_grad_enabled():
+            x = checkpoint(block, x, use_reentrant=False)
+        else:
+            x = block(x)
+    return x
+
+
+def lm_loss(logits: Any, targets: Any) -> Any:
+    """Cross-entropy in fp32 over every target that is not ``IGNORE_INDEX``: every family's training loss."""
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def unique_param_count(model: nn.Module) -> int:
+    """Parameters counted once each (a tied output projection is the embedding's)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def layer_output(out: Any) -> Any:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from accel_kit.models.family import IGNORE_INDEX
+from accel_kit.models.family import lm_loss, run_blocks, unique_param_count
 from accel_kit.models.gpt2.block import Block, BlockConfig
 
 
@@ -85,17 +83,10 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, h)
-        for block in self.h:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)  # keep only block inputs; recompute in backward
-            else:
-                x = block(x)
+        x = run_blocks(self.h, x, checkpointing=self.activation_checkpointing, training=self.training)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V_padded)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
-        return logits, loss
+        return logits, (None if targets is None else lm_loss(logits, targets))
 
     def num_params(self) -> int:
         """Unique parameters (the tied output projection counted once)."""
-        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        return unique_param_count(self)

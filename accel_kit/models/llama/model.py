@@ -21,9 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from accel_kit.models.family import IGNORE_INDEX
+from accel_kit.models.family import IGNORE_INDEX, lm_loss, run_blocks, unique_param_count  # noqa: F401 (IGNORE_INDEX: the package re-exports it)
 from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.rope import apply_rope, rope_tables
 from accel_kit.models.sdpa import causal_attention
@@ -191,17 +190,10 @@ class Llama(nn.Module):
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
         x = self.embed_tokens(idx)  # (B, T, h)
-        for block in self.layers:
-            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, use_reentrant=False)  # keep only block inputs; recompute in backward
-            else:
-                x = block(x)
+        x = run_blocks(self.layers, x, checkpointing=self.activation_checkpointing, training=self.training)
         logits = self.lm_head(self.norm(x))  # (B, T, V_padded)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
-        return logits, loss
+        return logits, (None if targets is None else lm_loss(logits, targets))
 
     def num_params(self) -> int:
         """Unique parameters (a tied output projection counted once)."""
-        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        return unique_param_count(self)
