@@ -118,14 +118,14 @@ def test_resume_key_does_not_depend_on_where_outputs_are(out_dir, tmp_path_facto
 @pytest.mark.slow
 def test_kill_and_resume(out_dir):
     """SIGKILL the microbenchmark mid-way; the rerun finishes it with nothing lost, duplicated or corrupt."""
-    argv = ["run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",
+    args = [sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",
             "-p", "preset", "gpt2-debug", "-p", "seq_len", "16", "-p", "batch_sizes", "[1, 2, 3]",
             "-p", "precisions", "[fp32]", "-p", "impls", "[native]", "-p", "measure_peak", "false",
-            # a fork, a block built and 200 trials per point, the four points left after the kill (at
-            # batch 2 and 3) the larger ones: the kill after two records lands mid-sweep even though
-            # points start in well under a second (the fork server)
+            # 200 trials per point, the four left after the kill (batch 2 and 3) the larger ones: the
+            # kill after two records lands mid-sweep even though points start in well under a second
+            # (the fork server)
             "-p", "trials", "200", "-p", "time_budget_s", "100000"]  # (the quick budget judges by the first, slow iteration)
-    kill_and_resume(argv, out_dir / "microbenchmark" / "cpu.jsonl", total=6)
+    kill_and_resume(args, out_dir / "microbenchmark" / "cpu.jsonl", total=6)
 
 
 def test_table_and_figures_cover_several_systems(out_dir):

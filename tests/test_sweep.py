@@ -59,14 +59,13 @@ def test_records_carry_the_resolved_point(out_dir):
 @pytest.mark.slow
 def test_kill_and_resume(out_dir):
     """SIGKILL a sweep mid-way; the rerun finishes it with no lost, duplicated or corrupt record."""
-    argv = ["run", "gas", "--system", "cpu", "--profile", "quick", "-q",
+    args = [sys.executable, "-m", "accel_kit.cli", "run", "gas", "--system", "cpu", "--profile", "quick", "-q",
             "--no-figures", "-p", "gas_values", "[1, 2, 3]", "-p", "micro_batch_sizes", "[1, 2]", "-p", "seq_len",
             "32", "-p", "vocab_size", "128", "-p", "data", "synthetic", "-p", "measure_peak", "false",
             "-p", "precision", "bf16",  # fixed: auto re-probes per run, and a busy machine may tip it
             # The points run micro-batch-major: the two recorded before the kill are the two smallest
-            # (GAS 1 and 2 at micro-batch 1), the four left hold 5/6 of the optimizer steps' work. Each of
-            # those is a fork, a model built and 20 steps of up to 6 micro-batches: the kill, at most a
-            # poll (20 ms) after the second record, lands mid-sweep although points start in well
-            # under a second (the fork server).
+            # (GAS 1 and 2 at micro-batch 1), the four left hold 5/6 of the steps' work, each a fork, a
+            # model built and 20 optimizer steps: the kill, a poll (20 ms) after the second record, lands
+            # mid-sweep although points start in well under a second (the fork server).
             "-p", "steps", "20"]
-    kill_and_resume(argv, out_dir / "gas" / "cpu.jsonl", total=6)
+    kill_and_resume(args, out_dir / "gas" / "cpu.jsonl", total=6)

@@ -278,13 +278,16 @@ def test_poprun_starts_each_ipu_point(monkeypatch):
         seen.append(cmd)
         raise Stop
     monkeypatch.setattr(sweep.subprocess, "Popen", popen)
+    # Every point started as a command (a CPU point could otherwise be a fork of a server that an earlier
+    # test of this process left running, and not reach Popen).
+    monkeypatch.setenv("ACCEL_KIT_FORKSERVER", "0")
     with pytest.raises(Stop):
         sweep.run_worker(_point("bow-pod64", preset="gpt2-xl", devices=16, gas=128), timeout_s=5)
     assert seen[0][:4] == ["poprun", "--num-instances=1", "--num-replicas=4", "--ipus-per-replica=4"]
     assert seen[0][4:7] == [sys.executable, "-m", "accel_kit.engine.worker"]
     with pytest.raises(Stop):  # nothing before a GPU's or a CPU's worker
         sweep.run_worker(_point("cpu", devices=1, precision="fp32"), timeout_s=5)
-    assert seen[1][0] == sys.executable
+    assert seen[1][:3] == [sys.executable, "-m", "accel_kit.engine.worker"]
     # a block point (no devices, unsupported on IPUs) starts as a plain worker that records why
     from accel_kit.studies.microbenchmark import BlockPoint
 
