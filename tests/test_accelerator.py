@@ -79,3 +79,28 @@ def test_cuda_and_rocm_are_the_generic_adapter_pinned_to_cuda():
     for inherited in ("synchronize", "reset_peak_memory", "peak_memory_bytes", "distributed_backend", "wrap_ddp",
                       "fused_optimizer", "prepare"):
         assert inherited not in vars(CUDAAdapter) and inherited not in vars(ROCmAdapter)
+
+
+NEW_SYSTEMS = {"b200": "cuda", "mi300x": "rocm", "mi355x": "rocm", "gaudi3": "habana", "max1550": "accelerator",
+               "mps": "accelerator"}
+
+
+def test_the_current_systems_load_and_list_why_each_is_unavailable_here(capsys):
+    from accel_kit import cli
+    from accel_kit.peaks import datasheet_peak_tflops
+    from accel_kit.systems import load_system
+
+    for sid, adapter in NEW_SYSTEMS.items():
+        system = load_system(sid)
+        assert system.adapter == adapter and system.devices_per_node >= 1
+        assert system.interconnect is None or "datasheet" in system.interconnect.source or \
+            "white paper" in system.interconnect.source
+        peak, why = datasheet_peak_tflops(system.device_model, "bf16")
+        assert (peak is not None) == (sid != "mps"), (sid, why)  # Apple alone publishes no peak
+    assert load_system("max1550").options == {"device_type": "xpu"}
+    assert cli.main(["systems"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    for sid, adapter in NEW_SYSTEMS.items():
+        assert f" {adapter} " in lines[sid]
+        if not get_adapter(adapter, load_system(sid).options).availability():
+            assert "unavailable: " in lines[sid]
