@@ -43,7 +43,7 @@ def _cmd_systems(args: argparse.Namespace) -> int:
     for sid in system_ids():
         system = load_system(sid)
         status = get_adapter(system.adapter, system.options).availability()
-        print(f"{sid:10s} {system.adapter:9s} {'available' if status else 'unavailable: ' + status.reason}"
+        print(f"{sid:10s} {system.adapter:11s} {'available' if status else 'unavailable: ' + status.reason}"
               f"  | {system.description}")
     return 0
 

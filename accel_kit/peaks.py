@@ -16,8 +16,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from accel_kit.devices.base import DeviceAdapter
-from accel_kit.precision import dtype_of
+from accel_kit.precision import PRECISIONS, dtype_of
 from accel_kit.timing import measure
+
+
+# The keys a datasheet entry may hold: the precisions a run asks for, TF32 (fp32 matmuls on tensor
+# cores, looked up when a run allows TF32) and fp8, which no study trains in yet: it is kept so that
+# an fp8 run finds its peak here, and so that the table says what the device offers.
+DATASHEET_KEYS: tuple[str, ...] = (*PRECISIONS, "tf32", "fp8")
 
 
 @dataclass(frozen=True)
@@ -26,32 +32,48 @@ class DatasheetPeak:
 
     device: str  # canonical name
     pattern: str  # regex matched (case-insensitive) against the adapter's device model string
-    tflops: dict[str, float]  # keys: fp32, tf32, fp16, bf16
+    tflops: dict[str, float]  # keys from DATASHEET_KEYS: the dense figures
     source: str
     note: str = ""
+    # The 2:4-sparse figures where the vendor publishes them too (often the headline ones): kept only so
+    # that a test can check the table holds the dense half, never looked up.
+    sparse_tflops: dict[str, float] = field(default_factory=dict)
 
 
 # One entry per device *as torch sees it*: an MI250 package is two GCDs, i.e. two torch devices.
+# The first pattern that matches wins, so a name that contains another's comes first where it must.
 DATASHEET: tuple[DatasheetPeak, ...] = (
     DatasheetPeak(
         "NVIDIA A100", r"\bA100\b",
         {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "NVIDIA A100 Tensor Core GPU datasheet (2021), dense figures (the starred ones are 2:4 sparse)",
+        sparse_tflops={"tf32": 312.0, "fp16": 624.0, "bf16": 624.0},
     ),
     DatasheetPeak(
         "NVIDIA H100 SXM", r"\bH100\b(?!.*PCIe)",
-        {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+        {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "NVIDIA H100 Tensor Core GPU datasheet, SXM5 column, dense (half the sparse figures)",
+        sparse_tflops={"tf32": 989.4, "fp16": 1978.9, "bf16": 1978.9, "fp8": 3957.8},
     ),
     DatasheetPeak(
         "NVIDIA H100 PCIe", r"\bH100\b.*PCIe",
-        {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
+        {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
         "NVIDIA H100 Tensor Core GPU datasheet, PCIe column, dense (half the sparse figures)",
+        sparse_tflops={"tf32": 756.0, "fp16": 1513.0, "bf16": 1513.0, "fp8": 3026.0},
     ),
     DatasheetPeak(
         "NVIDIA H200", r"\bH200\b",
-        {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
+        {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "NVIDIA H200 Tensor Core GPU datasheet, SXM column, dense (half the sparse figures)",
+        sparse_tflops={"tf32": 989.4, "fp16": 1978.9, "bf16": 1978.9, "fp8": 3957.8},
+    ),
+    DatasheetPeak(
+        # \b keeps "NVIDIA GB200" (the Grace-Blackwell part, clocked higher at 1,200 W) out of this entry.
+        "NVIDIA B200 (HGX, 1,000 W)", r"\bB200\b",
+        {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+        "NVIDIA HGX B200 datasheet, per-GPU figures; its tensor-core figures are 2:4 sparse, the table holds half",
+        note="the datasheet's TF32 2.2, FP16/BF16 4.5 and FP8 9 PFLOPS are sparse figures; dense is half of each",
+        sparse_tflops={"tf32": 2200.0, "fp16": 4500.0, "bf16": 4500.0, "fp8": 9000.0},
     ),
     DatasheetPeak(
         "AMD MI250 (per GCD)", r"MI250(?!X)",
@@ -67,14 +89,52 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
     ),
     DatasheetPeak(
         "AMD MI300X", r"MI300X",
-        {"fp32": 163.4, "fp16": 1307.4, "bf16": 1307.4},
+        {"fp32": 163.4, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9},
         "AMD Instinct MI300X datasheet, dense matrix figures",
+        note="the datasheet's 'with structured sparsity' figures are twice these; fp32 is the matrix-core rate",
+        sparse_tflops={"fp16": 2614.9, "bf16": 2614.9, "fp8": 5229.8},
+    ),
+    DatasheetPeak(
+        "AMD MI325X", r"MI325X",
+        {"fp32": 163.4, "fp16": 1307.4, "bf16": 1307.4, "fp8": 2614.9},
+        "AMD Instinct MI325X datasheet, dense matrix figures (the MI300X's compute with 256 GB HBM3E)",
+        note="the datasheet's 'with structured sparsity' figures are twice these; fp32 is the matrix-core rate",
+        sparse_tflops={"fp16": 2614.9, "bf16": 2614.9, "fp8": 5229.8},
+    ),
+    DatasheetPeak(
+        "AMD MI355X", r"MI355X",
+        {"fp32": 157.3, "fp16": 2516.6, "bf16": 2516.6, "fp8": 5033.2},
+        "AMD Instinct MI355X datasheet, dense matrix figures",
+        note="about 5 PFLOPS FP16/BF16 is the structured-sparsity figure, about 5 PFLOPS FP8 the dense one: the "
+             "table holds the dense ones; CDNA 4 has no TF32 matrix path, so there is no tf32 entry",
+        sparse_tflops={"fp16": 5033.2, "bf16": 5033.2, "fp8": 10066.4},
     ),
     DatasheetPeak(
         "Intel Gaudi2", r"Gaudi ?2|HL-225",
         {"bf16": 432.0},
         "Habana Gaudi2 MME bf16 peak as used in public MFU comparisons (docs/study.md, reference figures)",
     ),
+    DatasheetPeak(
+        "Intel Gaudi 3", r"Gaudi ?3|HL-325",
+        {"bf16": 1835.0, "fp8": 1835.0},
+        "Intel Gaudi 3 AI Accelerator white paper: 1,835 TFLOPS BF16 and FP8 on its matrix engines (MME)",
+        note="Gaudi 3 publishes no sparse figure; its fp32 and fp16 matmuls are not given as matrix-engine peaks",
+    ),
+    DatasheetPeak(
+        "Intel Data Center GPU Max 1550 (per stack)", r"Max 1550",
+        {"fp32": 26.2, "tf32": 209.7, "fp16": 419.4, "bf16": 419.4},
+        "Intel Data Center GPU Max Series product brief, Max 1550: 52.4 TFLOPS FP32 vector, 419.4 TF32 and 838.9 BF16/FP16 "
+        "XMX per GPU of 2 stacks at 1.6 GHz",
+        note="each of the 2 stacks is one torch device under Level Zero's flat hierarchy (Aurora's default), so the "
+             "GPU's figures are halved; no sparse figure is published. torchtitan uses a lower clock (1.3 GHz), so "
+             "its MFU reads higher than ours",
+    ),
+)
+
+# Devices whose vendor publishes no peak at all: no datasheet MFU, with this reason (and the MFU
+# against the measured peak as on every device).
+NO_DATASHEET: tuple[tuple[str, str], ...] = (
+    (r"\bApple\b", "Apple publishes no matrix-throughput (TFLOP/s) figure for its GPUs"),
 )
 
 
@@ -97,6 +157,9 @@ def datasheet_peak_tflops(device_model: str, precision: str, *, tf32: bool = Fal
     """
     entry = lookup_datasheet(device_model)
     if entry is None:
+        for pattern, reason in NO_DATASHEET:
+            if re.search(pattern, device_model, flags=re.IGNORECASE):
+                return None, f"{reason} (device {device_model!r})"
         return None, f"no datasheet peak known for device {device_model!r}"
     key = "tf32" if precision == "fp32" and tf32 and "tf32" in entry.tflops else precision
     if key not in entry.tflops:

@@ -70,3 +70,61 @@ def test_measured_mfu_above_100_is_flagged_not_an_error():
     assert peaks.mfu_measured(0.05, None)["mfu_measured_pct"] is None
     better = peaks.MeasuredPeak("fp32", 0.2, "128", {"128": 0.2})
     assert low.best_of(better) is better and better.best_of(low) is better and low.best_of(None) is low
+
+
+# ------------------------------------------------------------------ the devices people run on now
+
+@pytest.mark.parametrize("model, precision, device, expected", [
+    ("NVIDIA B200", "bf16", "NVIDIA B200 (HGX, 1,000 W)", 2250.0),
+    ("NVIDIA B200", "fp8", "NVIDIA B200 (HGX, 1,000 W)", 4500.0),
+    ("NVIDIA H100 80GB HBM3", "fp8", "NVIDIA H100 SXM", 1978.9),
+    ("AMD Instinct MI300X", "bf16", "AMD MI300X", 1307.4),
+    ("AMD Instinct MI325X", "bf16", "AMD MI325X", 1307.4),  # not the MI300X entry, though the figure is the same
+    ("AMD Instinct MI355X", "bf16", "AMD MI355X", 2516.6),  # the dense figure, not the sparse 5,033
+    ("AMD Instinct MI355X", "fp8", "AMD MI355X", 5033.2),
+    ("GAUDI3", "bf16", "Intel Gaudi 3", 1835.0),
+    ("HL-325L", "bf16", "Intel Gaudi 3", 1835.0),
+    ("GAUDI2", "bf16", "Intel Gaudi2", 432.0),  # Gaudi2 and Gaudi 3 apart
+    ("Intel(R) Data Center GPU Max 1550", "bf16", "Intel Data Center GPU Max 1550 (per stack)", 419.4),
+])
+def test_current_devices_find_their_own_entry(model, precision, device, expected):
+    assert peaks.lookup_datasheet(model).device == device
+    assert peaks.datasheet_peak_tflops(model, precision)[0] == expected
+
+
+def test_names_that_contain_another_devices_name_find_no_wrong_entry():
+    assert peaks.lookup_datasheet("NVIDIA GB200") is None  # B200's figures are the 1,000 W HGX part's
+    assert peaks.lookup_datasheet("AMD Instinct MI350X") is None  # MI355X's figures are at its higher clock
+    assert peaks.lookup_datasheet("NVIDIA H200").device == "NVIDIA H200"
+    assert peaks.lookup_datasheet("NVIDIA H100 PCIe").device == "NVIDIA H100 PCIe"
+
+
+def test_every_entry_cites_a_source_and_uses_known_keys():
+    for entry in peaks.DATASHEET:
+        assert len(entry.source) > 20 and any(w in entry.source.lower() for w in ("datasheet", "white paper",
+                                                                                  "product brief", "peak"))
+        assert set(entry.tflops) <= set(peaks.DATASHEET_KEYS), entry.device
+        assert all(v > 0 for v in entry.tflops.values())
+
+
+def test_no_entry_is_a_sparse_figure():
+    """Where a vendor publishes both, the table holds the dense figure (half the 2:4-sparse one) and says so."""
+    for entry in peaks.DATASHEET:
+        for key, sparse in entry.sparse_tflops.items():
+            assert key in entry.tflops, (entry.device, key)
+            assert entry.tflops[key] == pytest.approx(sparse / 2, rel=2e-3), (entry.device, key)
+        if entry.sparse_tflops:
+            text = (entry.source + " " + entry.note).lower()
+            assert "dense" in text or "half" in text, entry.device
+    # the figures that have been mistaken for dense ones elsewhere
+    assert peaks.datasheet_peak_tflops("NVIDIA B200", "bf16")[0] < 4500.0
+    assert peaks.datasheet_peak_tflops("AMD Instinct MI355X", "bf16")[0] < 5000.0
+
+
+def test_apple_gpus_have_no_datasheet_mfu_but_a_measured_one():
+    peak, reason = peaks.datasheet_peak_tflops("Apple M3 Max", "fp16")
+    assert peak is None and "Apple publishes no" in reason
+    measured = peaks.MeasuredPeak("fp16", 10.0, "4096", {"4096": 10.0})
+    metrics = peaks.mfu_metrics(4.0, "Apple M3 Max", "fp16", measured.to_dict())
+    assert metrics["mfu_pct"] is None and "Apple publishes no" in metrics["mfu_reason"]
+    assert metrics["mfu_measured_pct"] == pytest.approx(40.0)

@@ -219,7 +219,7 @@ def test_unsupported_training_points_say_why():
     rdu = get_adapter("sambaflow", load_system("sn30").options)
     assert "gradient accumulation" in rdu.unsupported_train(_point("sn30", gas=4))
     assert rdu.unsupported_train(_point("sn30")) is None
-    hpu = get_adapter("habana")
+    hpu = get_adapter("habana", load_system("gaudi2").options)  # lazy, as the paper's runs
     assert "bf16 autocast" in hpu.unsupported_train(_point("gaudi2", precision="fp16"))
     assert "execution_mode: eager" in hpu.unsupported_train(_point("gaudi2", torch_compile=True))
     assert get_adapter("habana", {"execution_mode": "eager"}).unsupported_train(
@@ -403,7 +403,7 @@ def test_gaudi_deepspeed_marks_after_backward_and_after_step(standins, hpu, monk
     monkeypatch.setitem(sys.modules, "deepspeed", fake)
     monkeypatch.setenv("DS_ACCELERATOR", "x")
     monkeypatch.delenv("DS_ACCELERATOR")
-    adapter = require_adapter("habana")
+    adapter = require_adapter("habana", options=load_system("gaudi2").options)  # lazy, as the paper's runs
     runtime = programming_model(adapter)  # what the worker builds and steps the point with
     point = _point("gaudi2", engine="deepspeed")
     trainer = runtime.make_trainer(point, _model(), SyntheticBatches(VOCAB, SEQ, 2), torch.device("cpu"), world=1)
@@ -553,3 +553,32 @@ def test_worker_records_an_ipu_point_by_its_layout(standins):
     assert m["mem_peak_gib"] is None and m["loss_last"] == pytest.approx(2.0 / (4 * 1))  # the stand-in's sum
     assert calls.count("PoplarExecutor.__call__") == 3  # warm-up and timed calls, each one device iteration
     assert result["env"]["device"]["model"] == "Graphcore IPU (hardware version 2)"
+
+
+# --------------------------------------------------- Gaudi's execution mode: the release's default, or chosen
+
+@pytest.mark.parametrize("version, mode", [("1.21.0.555", "eager"), ("1.22.1", "eager"), ("1.20.1.97", "lazy"),
+                                           ("1.9.0", "lazy"), (None, "eager")])
+def test_gaudi_auto_mode_is_the_bridge_releases_default(version, mode, monkeypatch):
+    import accel_kit.devices.habana as habana
+
+    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)
+    monkeypatch.setattr(habana, "package_version", lambda *names: version)
+    adapter = get_adapter("habana", load_system("gaudi3").options)
+    recorded = adapter.math_mode()
+    assert recorded["execution_mode"] == mode and recorded["execution_mode_reason"].startswith("auto: ")
+    assert adapter.lazy == (mode == "lazy")
+    assert f"export PT_HPU_LAZY_MODE={'1' if mode == 'lazy' else '0'}" in "\n".join(adapter.job_launch("pbs").setup)
+
+
+def test_gaudi_auto_mode_follows_the_environment_and_a_chosen_mode_stands(monkeypatch):
+    import accel_kit.devices.habana as habana
+
+    monkeypatch.setattr(habana, "package_version", lambda *names: "1.21.0")
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "1")
+    assert get_adapter("habana").math_mode() == {"execution_mode": "lazy",
+                                                 "execution_mode_reason": "auto: PT_HPU_LAZY_MODE=1 in the environment"}
+    monkeypatch.delenv("PT_HPU_LAZY_MODE")
+    # the paper's Gaudi2 runs lazy, as its Optimum Habana did, whatever the release
+    assert load_system("gaudi2").options["execution_mode"] == "lazy"
+    assert get_adapter("habana", {"execution_mode": "lazy"}).math_mode()["execution_mode"] == "lazy"

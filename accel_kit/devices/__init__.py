@@ -22,6 +22,8 @@ from accel_kit.errors import ParameterError, UnavailableError
 # name -> "module:Class", imported on first use.
 ADAPTERS: dict[str, str] = {
     "cpu": "accel_kit.devices.cpu:CPUAdapter",
+    # any backend torch.accelerator serves (xpu, mps, ...); its options may pin one device type
+    "accelerator": "accel_kit.devices.accelerator:AcceleratorAdapter",
     "cuda": "accel_kit.devices.cuda:CUDAAdapter",
     "rocm": "accel_kit.devices.rocm:ROCmAdapter",
     "habana": "accel_kit.devices.habana:HabanaAdapter",

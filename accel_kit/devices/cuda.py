@@ -1,20 +1,27 @@
-"""NVIDIA GPUs (CUDA build of torch) and AMD GPUs (ROCm/HIP build, same torch.cuda API)."""
+"""NVIDIA GPUs (CUDA build of torch) and AMD GPUs (ROCm/HIP build, same torch.cuda API).
+
+The generic ``torch.accelerator`` adapter (``accel_kit.devices.accelerator``) does the placement,
+synchronisation, memory statistics, collective (nccl, RCCL on ROCm), DDP and fused AdamW; this
+subclass adds only what CUDA GPUs have beyond it: the build check, bf16 by compute capability,
+TF32, NVML energy and the 2:4 sparse tensor-core kernels.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 import torch
 
-from torch import nn
-
+from accel_kit.devices.accelerator import AcceleratorAdapter
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport
 
 # torch's 2:4 semi-structured sparse kernels need Ampere (8.0) or newer.
 SEMI_STRUCTURED_MIN_CC = (8, 0)
 
 
-class CUDAAdapter(BaseAdapter):
+class CUDAAdapter(AcceleratorAdapter):
     name = "cuda"
+    device_type = "cuda"
+    configure = BaseAdapter.configure  # no options: the backend is fixed
 
     def availability(self) -> Availability:
         if torch.version.cuda is None:
@@ -23,20 +30,6 @@ class CUDAAdapter(BaseAdapter):
         if not torch.cuda.is_available():
             return Availability(False, "no NVIDIA GPU is visible (torch.cuda.is_available() is False)")
         return Availability(True)
-
-    def torch_device(self, index: int = 0) -> torch.device:
-        return torch.device("cuda", index)
-
-    def prepare(self, local_rank: int = 0) -> torch.device:
-        device = self.torch_device(local_rank)
-        torch.cuda.set_device(device)  # before NCCL initialises and before any allocation
-        return device
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
-
-    def empty_cache(self) -> None:
-        torch.cuda.empty_cache()
 
     def supported_precisions(self) -> tuple[str, ...]:
         precisions = ["fp32", "fp16"]
@@ -51,29 +44,8 @@ class CUDAAdapter(BaseAdapter):
             return PrecisionSupport("bf16", False, f"bf16 has no native path on {name}")
         return PrecisionSupport(precision, True, f"{precision} native on {name}")
 
-    def reset_peak_memory(self) -> None:
-        torch.cuda.reset_peak_memory_stats()
-
-    def peak_memory_bytes(self) -> int | None:
-        return torch.cuda.max_memory_allocated()
-
     def total_memory_bytes(self) -> int | None:
         return torch.cuda.get_device_properties(0).total_memory
-
-    def peak_sizes(self) -> tuple[int, ...]:
-        # A GPU needs 8192^2 operands to fill its tensor cores.
-        return (4096, 8192)
-
-    def distributed_backend(self) -> str:
-        return "nccl"  # on ROCm builds torch maps "nccl" to RCCL
-
-    def wrap_ddp(self, model: nn.Module, device: torch.device) -> nn.Module:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        return DDP(model, device_ids=[device.index])
-
-    def fused_optimizer(self) -> bool:
-        return True
 
     def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]:
         name = str(dtype).removeprefix("torch.")

@@ -6,6 +6,8 @@ Gaudi trains the way Habana documents it, not CUDA's way:
   records operations into a graph that ``htcore.mark_step()`` cuts, compiles (once, then from
   its cache) and launches; ``eager`` (0) runs them as issued, and ``-p torch_compile true``
   compiles the model with ``torch.compile(backend="hpu_backend")``. The two cannot mix.
+  ``auto`` (the default) follows the installed bridge: eager from Intel Gaudi software 1.21, whose
+  default it became, lazy before; a ``PT_HPU_LAZY_MODE`` already set wins. The mode and why are recorded.
 - In lazy mode, ``mark_step`` after each backward and after the optimizer step, where
   Optimum Habana's GaudiTrainer puts them.
 - bf16 by autocast around forward and loss only (backward outside), weights in fp32.
@@ -36,7 +38,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
+from accel_kit.devices._vendor import first_line, missing, missing_reason, package_version, parse_options
 from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport,
                                     ProgrammingModel)
 from accel_kit.errors import UnavailableError
@@ -45,6 +47,24 @@ from accel_kit.precision import PrecisionSpec
 BRIDGE = "habana_frameworks.torch"
 SOURCE = "Intel Gaudi's software stack (habana-torch-plugin, from Intel's Gaudi installer or Docker images)"
 MODE_VAR = "PT_HPU_LAZY_MODE"
+PLUGIN = "habana-torch-plugin"  # the bridge's distribution, whose version is the Gaudi software release
+# Intel Gaudi software 1.21: the bridge runs eager (PT_HPU_LAZY_MODE=0) unless told otherwise.
+EAGER_DEFAULT_SINCE = (1, 21)
+
+
+def default_mode(version: str | None) -> tuple[str, str]:
+    """(mode, why) the bridge of release ``version`` runs by default; eager where the release is unknown
+    (the current releases' default)."""
+    if version is None:
+        return "eager", (f"auto: {PLUGIN} is not installed here, so its release is unknown; eager, the default "
+                         "since Intel Gaudi software 1.21")
+    try:
+        release = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return "eager", f"auto: {PLUGIN} {version} is not a release number read here; eager, the current default"
+    if release >= EAGER_DEFAULT_SINCE:
+        return "eager", f"auto: {PLUGIN} {version}, whose bridge runs eager by default (since 1.21)"
+    return "lazy", f"auto: {PLUGIN} {version} predates 1.21, whose bridge runs lazy by default"
 
 
 class HabanaOptions(BaseModel):
@@ -53,8 +73,9 @@ class HabanaOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # lazy: as the paper's Optimum Habana runs (--use_lazy_mode); eager: PT_HPU_LAZY_MODE=0, with
-    # torch.compile(backend="hpu_backend") for points with torch_compile.
-    execution_mode: Literal["lazy", "eager"] = "lazy"
+    # torch.compile(backend="hpu_backend") for points with torch_compile; auto: the installed bridge's
+    # default (eager from 1.21), or PT_HPU_LAZY_MODE where the environment sets it.
+    execution_mode: Literal["auto", "lazy", "eager"] = "auto"
 
 
 class HabanaAdapter(BaseAdapter):
@@ -67,9 +88,19 @@ class HabanaAdapter(BaseAdapter):
     def configure(self, options: dict[str, Any]) -> None:
         self.options = parse_options(self.name, HabanaOptions, options)
 
+    def execution_mode(self) -> tuple[str, str]:
+        """(lazy or eager, why): the system's choice, or for ``auto`` the environment's or the bridge's default."""
+        chosen = self.options.execution_mode
+        if chosen != "auto":
+            return chosen, f"execution_mode {chosen} in the system file"
+        current = os.environ.get(MODE_VAR)
+        if current in ("0", "1"):
+            return ("lazy" if current == "1" else "eager"), f"auto: {MODE_VAR}={current} in the environment"
+        return default_mode(package_version(PLUGIN))
+
     @property
     def lazy(self) -> bool:
-        return self.options.execution_mode == "lazy"
+        return self.execution_mode()[0] == "lazy"
 
     def _bridge(self):
         """``habana_frameworks.torch.core``, imported with the execution mode set first (the bridge reads it once)."""
@@ -78,7 +109,7 @@ class HabanaAdapter(BaseAdapter):
             current = os.environ.get(MODE_VAR)
             if current is not None and current != wanted:
                 raise UnavailableError(f"{MODE_VAR}={current} in the environment contradicts execution_mode "
-                                       f"{self.options.execution_mode!r} of this system ({MODE_VAR}={wanted})")
+                                       f"{self.execution_mode()[0]!r} of this system ({MODE_VAR}={wanted})")
             if current is None and BRIDGE in sys.modules:
                 raise UnavailableError(f"{BRIDGE} was imported before {MODE_VAR} was set: its execution mode is "
                                        "the bridge's default, not this system's")
@@ -157,11 +188,13 @@ class HabanaAdapter(BaseAdapter):
         limit = self.total_memory_bytes()
         return DeviceDescription(adapter=self.name, device_model=torch.hpu.get_device_name(),
                                  device_count=torch.hpu.device_count(), versions=versions,
-                                 extra={"execution_mode": self.options.execution_mode,
+                                 extra={"execution_mode": self.execution_mode()[0],
+                                        "execution_mode_reason": self.execution_mode()[1],
                                         "total_memory_gib": round(limit / 2**30, 2) if limit else None})
 
     def math_mode(self) -> dict[str, Any]:
-        return {"execution_mode": self.options.execution_mode}
+        mode, why = self.execution_mode()
+        return {"execution_mode": mode, "execution_mode_reason": why}
 
     # --- the programming model
 
@@ -183,8 +216,8 @@ class HabanaAdapter(BaseAdapter):
         return JobLaunch(launcher="mpirun", setup=(
             "# Intel Gaudi software: the PyTorch bridge (habana_frameworks.torch) comes with Intel's Gaudi installer",
             "# or Docker images, not from PyPI; activate the environment that has it and accel-kit.",
-            f"export {MODE_VAR}={mode}  # execution_mode {self.options.execution_mode} (params/systems); set before "
-            "the bridge is imported",
+            f"export {MODE_VAR}={mode}  # execution_mode {self.execution_mode()[0]} ({self.execution_mode()[1]}); "
+            "set before the bridge is imported",
             "# Each point's ranks start with Open MPI's mpirun and meet over HCCL. ZeRO-1: add -p engine deepspeed",
             "# (DeepSpeed's HPU accelerator, DS_ACCELERATOR=hpu, set by accel-kit).",
         ))
