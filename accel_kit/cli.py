@@ -16,7 +16,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     overrides = dict(args.param or [])
     run = studies.run_study(args.study, system=args.system, profile=args.profile, output_dir=args.output_dir,
-                            progress=not args.quiet, **overrides)
+                            progress=not args.quiet, rerun=args.rerun, **overrides)
     statuses: dict[str, int] = {}
     for rec in run.records:
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
@@ -33,6 +33,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         figs = run.figures(save=True)
         summary += f"; {len(figs)} figures -> {run.study_dir / 'figures'}"
     print(summary)
+    if not args.quiet and run.reuse_line():
+        print(run.reuse_line())
     return 0
 
 
@@ -172,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="override a parameter; VALUE is parsed as YAML (e.g. -p batch_sizes '[4]')")
     run.add_argument("--output-dir", default=None, help="results root (default: <project>/outputs)")
+    run.add_argument("--rerun", action="store_true",
+                     help="measure every point again, even those recorded before (default: resume them)")
     run.add_argument("--no-figures", action="store_true", help="skip the HTML figures (no plotly needed)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
     run.set_defaults(func=_cmd_run)

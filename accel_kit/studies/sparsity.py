@@ -80,7 +80,7 @@ def configurations(params: Params) -> list[tuple[str, float]]:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[dict]:
     configs = configurations(params)
     choice = resolve_precision(params, system)
     points = [make_point(params, system, choice, preset=preset, sparsity=s, sparsity_pattern=pattern,
@@ -92,7 +92,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
                    for pattern, s in configs]
     points = list({p.key(): p for p in points}.values())  # a loss-curve run may equal a throughput run
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+                      progress=progress, rerun=rerun)
 
 
 # --------------------------------------------------------------------------- tables
