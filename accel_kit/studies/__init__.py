@@ -80,6 +80,18 @@ class StudyRun:
         every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
         return tables.readable(self.table(), every, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", [])))
 
+    def findings(self) -> list[str]:
+        """The study's findings over every system's latest records under ``study_dir`` (a difference is
+        called one only beyond both points' spread); empty for a study that states none."""
+        module = study_module(self.study)
+        if not hasattr(module, "findings") or not self.study_dir.exists():
+            return []
+        return [f["text"] for f in module.findings(results.load(self.study_dir))]
+
+    def show_findings(self) -> None:
+        """Print the findings, one a line (or why there is none)."""
+        print("\n".join(self.findings()) or "No finding: no configuration has two points to compare.")
+
     def reuse_line(self) -> str | None:
         """One line when points were recorded by an earlier run and not measured now: how many, when, and
         how to measure again; None when every point was measured now."""

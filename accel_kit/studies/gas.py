@@ -1,4 +1,4 @@
-"""Study 2c: gradient accumulation (paper Figure 6): throughput against GAS at several micro-batch sizes.
+"""Gradient accumulation (paper Figure 6): throughput against GAS at several micro-batch sizes.
 
 GAS k runs k micro-batches per optimizer step with one gradient all-reduce, so larger GAS
 amortises communication and the optimizer step over more tokens.

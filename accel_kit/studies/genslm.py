@@ -1,4 +1,4 @@
-"""Study 3: GenSLM, genome language models on long codon sequences (paper Table IV).
+"""GenSLM: genome language models on long codon sequences (paper Table IV).
 
 GenSLM (Zvyagin et al. 2022) is a GPT trained on SARS-CoV-2 genomes split into codons
 (three nucleotides, one token); a whole genome (~29.9 kb, ~10k codons) fits in a 10240-token

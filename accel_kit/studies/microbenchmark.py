@@ -1,4 +1,4 @@
-"""Study 1: one transformer layer, forward and forward+backward TFLOPS (paper Figures 3, 4).
+"""One transformer layer, forward and forward+backward TFLOPS (paper Figures 3, 4).
 
 The layer is one of a model preset (``preset``, any family's; default the paper's GPT-2 XL).
 

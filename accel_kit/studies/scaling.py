@@ -1,4 +1,4 @@
-"""Study 2a: GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
+"""GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
 
 Data parallel (DDP or DeepSpeed ZeRO-1), one point per device count; speedup and scaling
 efficiency are against the smallest count measured: speedup = T_N / T_N0, efficiency =

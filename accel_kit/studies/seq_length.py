@@ -1,4 +1,4 @@
-"""Study 2b: throughput and memory against sequence length, 1K to 64K (paper Table III).
+"""Throughput and memory against sequence length, 1K to 64K (paper Table III).
 
 Points that do not fit are part of the result: a configuration that runs out of memory
 (or is estimated not to fit) at some length has its longer lengths recorded as skipped.

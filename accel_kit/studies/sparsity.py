@@ -1,4 +1,4 @@
-"""Study 2d: weight sparsity (paper Figures 7 and 8): throughput and loss, dense against sparse.
+"""Weight sparsity (paper Figures 7 and 8): throughput and loss, dense against sparse.
 
 The paper could run this only on a Cerebras CS-2, whose hardware skips zero weights. Here
 it runs wherever accel-kit runs, so every record says how the pruned layers really executed
