@@ -154,3 +154,10 @@ def test_the_progress_label_is_in_words():
     label = _train_point().label()
     assert "n=" not in label and "mb=" not in label
     assert "1 device, micro-batch 1, GAS 1, sequence 32" in label
+
+
+def test_the_precision_and_why_read_as_one_short_statement():
+    params = dict(precision="fp32", precision_requested="auto",
+                  precision_reason="auto: fp32 (bf16 skipped: bf16 53x slower than fp32 on this CPU)")
+    assert results.precision_text(params) == "fp32, asked auto. Why: bf16 skipped: bf16 53x slower than fp32 on this CPU"
+    assert results.precision_text(dict(precision="bf16", precision_requested="bf16")) == "bf16 (no reason recorded)"

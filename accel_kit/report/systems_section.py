@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from accel_kit import results
 import accel_kit.report.render as R
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section
@@ -92,19 +93,7 @@ def _devices_used(recs: list[dict]) -> Cell:
 
 
 def _precision_text(rec: dict) -> str:
-    """``bf16, asked auto. Why: ...``: what ran first, then what was asked, then the reason without
-    the "auto: bf16 (...)" wrapper that repeats the precision (a run-on sentence otherwise)."""
-    params = rec.get("params") or {}
-    ran, asked = params["precision"], params.get("precision_requested")
-    reason = (params.get("precision_reason") or "").strip()
-    for prefix in (f"{asked}: {ran}" if asked else None, f"auto: {ran}", ran):
-        if prefix and reason.startswith(prefix):
-            reason = reason[len(prefix):].strip(" :")
-            break
-    if reason.startswith("(") and reason.endswith(")"):
-        reason = reason[1:-1]
-    head = f"{ran}, asked {asked}" if asked and asked != ran else ran
-    return f"{head}. Why: {reason}" if reason else f"{head} (no reason recorded)"
+    return results.precision_text(rec.get("params") or {})
 
 
 def _study_counts(recs: list[dict], study: str) -> Cell:

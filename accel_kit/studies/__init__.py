@@ -107,16 +107,9 @@ class StudyRun:
 
     def precision_line(self) -> str:
         """The precision each point ran in and why (``auto``'s choice and its reason), once per distinct choice."""
-        seen: dict[tuple, None] = {}
-        for rec in self.records:
-            p = rec.get("params") or {}
-            if p.get("precision"):
-                seen.setdefault((p.get("precision_requested") or p["precision"], p["precision"],
-                                 p.get("precision_reason") or ""), None)
-        if not seen:
-            return "Precision: no point recorded one."
-        parts = [f"{ran} (asked: {asked}; {why})" if why else f"{ran} (asked: {asked})" for asked, ran, why in seen]
-        return "Precision that ran: " + "; ".join(parts)
+        seen = dict.fromkeys(results.precision_text(rec["params"]) for rec in self.records
+                             if (rec.get("params") or {}).get("precision"))
+        return "Precision that ran: " + " | ".join(seen) if seen else "Precision: no point recorded one."
 
     def figures(self, save: bool = True) -> dict[str, Any]:
         """The study's figures over every system's latest records under ``study_dir``."""
