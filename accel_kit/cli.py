@@ -20,12 +20,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     statuses: dict[str, int] = {}
     for rec in run.records:
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
-    table = run.table()
-    if not args.quiet and not table.empty:
-        import pandas as pd
-
-        with pd.option_context("display.max_rows", 200, "display.width", 200, "display.max_columns", 30):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    table = run.summary()  # the notebook's table: units in the headers, a spread beside each throughput
+    if not args.quiet and len(table):
+        print(table)
     reused = f", {run.reused} from earlier runs" if run.reused else ""
     summary = (f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}{reused}) "
                f"-> {run.records_path}")

@@ -161,3 +161,37 @@ def test_the_precision_and_why_read_as_one_short_statement():
                   precision_reason="auto: fp32 (bf16 skipped: bf16 53x slower than fp32 on this CPU)")
     assert results.precision_text(params) == "fp32, asked auto. Why: bf16 skipped: bf16 53x slower than fp32 on this CPU"
     assert results.precision_text(dict(precision="bf16", precision_requested="bf16")) == "bf16 (no reason recorded)"
+
+
+@pytest.mark.parametrize("study, records", [
+    ("scaling", [_train("scaling", 100.0 * d, NOISY, devices=d) for d in (1, 2, 4, 8)]),
+    ("seq_length", [_train("seq_length", 100.0, NOISY, seq_len=s) for s in (256, 1024, 4096)]),
+    ("genslm", [_train("genslm", 100.0, NOISY, seq_len=s, preset="genslm-25m", vocab_size=71) for s in (512, 1024)]),
+    ("microbenchmark", [results.make_record(
+        study="microbenchmark", system="cpu", status="ok", run_id="r1", times_s=NOISY,
+        params=dict(impl="native", precision="fp32", batch_size=b, direction="forward", seq_len=64),
+        metrics=dict(tflops=1.0 + b, trials=5, time_cv=0.2, noisy=True)) for b in (1, 2)]),
+])
+def test_every_study_table_fits_the_page_with_a_spread_beside_its_throughput(study, records):
+    module = studies.study_module(study)
+    df = results.frame(records)
+    t = tables.readable(module.table(df), df, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", None)))
+    cols = list(t.frame.columns)
+    rates = [c for c in cols if c in ("tokens/s", "TFLOP/s", "samples/s (mean step)")]
+    assert rates and all(cols[cols.index(r) + 1] == f"{r} spread" for r in rates), cols
+    assert "record_id" not in cols and "time_cv" not in cols and tables.width_px(t) <= 1400, cols
+
+
+def test_the_report_findings_call_no_difference_inside_the_noise():
+    from accel_kit.report import findings
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = [_train("gas", 1000.0, NOISY, gas=1), _train("gas", 1100.0, NOISY, gas=4)]
+    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin",
+                 metrics=dict(r["metrics"], tokens_per_s=r["metrics"]["tokens_per_s"] * 1.05)) for r in recs]
+    ctx = Context(RecordSet(recs + twin, []))
+    (fastest,) = findings.fastest(ctx)
+    assert "no system is faster beyond the noise at any of the 2 points" in fastest and "within noise (1.05x" in fastest
+    gains = findings.gas_gain(ctx)
+    assert len(gains) == 2 and all("GAS 4 against GAS 1: within noise (1.10x" in g for g in gains), gains

@@ -160,10 +160,24 @@ def sparse_dense(ctx: Context) -> list[str]:
         dense = t[(t["system"] == system) & (t["preset"] == preset) & (t["config"] == "dense") & (t["status"] == "ok")]
         ideal = (f"; the FLOP-proportional ideal is {R.fmt_ratio(top['ideal_speedup'])}"
                  if not R.is_missing(top.get("ideal_speedup")) else "")
+        rate = _measured(ctx, "sparsity", [top["record_id"]] + list(dense["record_id"][:1]), "tokens_per_s")
+        said = (f"{R.fmt_ratio(top['speedup_vs_dense'])} the dense tokens/s" if len(rate) < 2
+                else noise.ratio_text(*rate) + " the dense tokens/s" if noise.differs(*rate)
+                else "dense tokens/s " + noise.ratio_text(*rate))
         out.append(f"<b>{esc(system)}</b> ({esc(preset)}): {esc(top['config'])} runs at "
-                   f"{R.fmt_ratio(top['speedup_vs_dense'])} the dense tokens/s ({esc(top.get('execution') or '?')})"
+                   f"{esc(said)} ({esc(top.get('execution') or '?')})"
                    f"{ideal}" + ctx.cite.refs(list(dense["record_id"][:1]) + [top["record_id"]]))
     return out
+
+
+def _measured(ctx: Context, study: str, record_ids: list[str], metric: str) -> list[noise.Measured]:
+    """The records' ``metric`` with its spread (``accel_kit.noise``), in the order of ``record_ids``."""
+    df = ctx.study(study)
+    mine = df[df["record_id"].isin(record_ids)]
+    if mine.empty or metric not in mine.columns:
+        return []
+    spread = noise.with_spread(mine, ["record_id"], [metric]).set_index("record_id")
+    return [noise.Measured.of(spread.loc[r], metric) for r in record_ids if r in spread.index]
 
 
 def gas_gain(ctx: Context) -> list[str]:
