@@ -26,7 +26,8 @@ LABELS = {
     "mem_peak_gib": "peak memory (GiB)", "mem_estimate_gib": "memory estimate (GiB)", "power_avg_w": "power (W)",
     "gain_vs_smallest_gas": "gain over smallest GAS (x)", "speedup": "speedup (x)",
     "scaling_efficiency_pct": "scaling efficiency (%)", "speedup_vs_dense": "speedup over dense (x)",
-    "time_median_s": "median time (s)", "n_params": "parameters", "loss_last": "last loss (nats)",
+    "time_median_s": "median time (s)", "loss_gap_pct": "loss gap over dense (%)",
+    "ideal_speedup": "ideal speedup (x)", "loss_curve_run": "loss-curve run", "n_params": "parameters", "loss_last": "last loss (nats)",
 }
 # The point's identity: said once above the table when every row shares it.
 IDENTITY = ("system", "preset", "model", "precision", "devices", "impl", "direction", "seq_len", "micro_batch_size",
@@ -64,7 +65,7 @@ class Readable:
 def header(name: str) -> str:
     if name in LABELS:
         return LABELS[name]
-    unit = metrics.METRICS[name].unit if name in metrics.METRICS else ""
+    unit = metrics.METRICS[name].unit if name in metrics.METRICS else ("%" if name.endswith("_pct") else "")
     words = name.replace("_", " ")
     for suffix in (" gib", " pct", " s", " j", " w"):
         words = words[: -len(suffix)] if words.endswith(suffix) and unit not in ("", "1", "text", "bool") else words
@@ -93,11 +94,15 @@ def _cell(name: str, v) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str]) -> Readable:
+def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str],
+             shown: list[str] | None = None) -> Readable:
     """``table`` (a study's ``table(df)``, with ``record_id``) for people; ``records`` its records (for the
-    trials and runs), ``keys`` what identifies a point (the study's ``KEYS``)."""
+    trials and runs), ``keys`` what identifies a point (the study's ``KEYS``); ``shown``: the columns a
+    reader sees (a study's ``SHOWN``, the columns of its paper table; None: all of ``table``)."""
     if table.empty:
         return Readable(table, {}, "no records")
+    if shown is not None:
+        table = table[[c for c in table.columns if c in shown or c == "record_id"]]
     spread = noise.with_spread(records, keys) if "record_id" in table.columns else pd.DataFrame()
     spread = spread.set_index("record_id") if not spread.empty else spread
     shared: dict[str, str] = {}
@@ -108,7 +113,8 @@ def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str]) -> Rea
         if name == "record_id" or name in REPLACED or all(_empty(v) for v in col):
             continue
         values = [None if _empty(v) else v for v in col]
-        if name in IDENTITY and len({str(v) for v in values}) == 1:
+        if (name in IDENTITY or not isinstance(values[0], float)) and name not in noise.RATES \
+                and len({str(v) for v in values}) == 1 and len(values) > 1:
             shared[LABELS.get(name, name.replace("_", " "))] = _cell(name, values[0])
             continue
         if name in noise.RATES and f"{name}_spread" in spread:

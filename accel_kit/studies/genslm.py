@@ -168,6 +168,11 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(_order=df["preset"].map(order)).sort_values(["system", "_order", "seq_len"]).drop(columns="_order")
 
 
+# What the notebook's table shows (the rest is in ``table``): the paper's Table IV columns, and memory.
+SHOWN = ["system", "preset", "n_params", "seq_len", "precision", "micro_batch_size", "global_batch_size", "status",
+         "tokens_per_s", "samples_per_s_mean", "mfu_measured_pct", "mem_peak_gib", "loss_last", "reason"]
+
+
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table IV: throughput (tokens/s and GenSLM's samples/s), MFU both ways and memory per model and length."""
     if df.empty:

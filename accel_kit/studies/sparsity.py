@@ -149,6 +149,12 @@ def loss_curve_rows(df: pd.DataFrame) -> pd.Series:
         (df["warmup_steps"] == df["loss_warmup_steps"])
 
 
+# What the notebook's table shows (the rest is in ``table``): the paper's Figures 7 and 8 as numbers.
+SHOWN = ["system", "preset", "precision", "micro_batch_size", "seq_len", "status", "config", "execution",
+         "sparsity_measured", "tokens_per_s", "speedup_vs_dense", "ideal_speedup", "mfu_measured_pct", "loss_gap_pct",
+         "loss_curve_run", "steps", "reason"]
+
+
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point: throughput against dense, the FLOP-proportional ideal, how it ran, the loss gap.
 
