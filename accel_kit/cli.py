@@ -16,16 +16,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     overrides = dict(args.param or [])
     run = studies.run_study(args.study, system=args.system, profile=args.profile, output_dir=args.output_dir,
-                            progress=not args.quiet, **overrides)
+                            progress=not args.quiet, rerun=args.rerun, **overrides)
     statuses: dict[str, int] = {}
     for rec in run.records:
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
-    table = run.table()
-    if not args.quiet and not table.empty:
-        import pandas as pd
-
-        with pd.option_context("display.max_rows", 200, "display.width", 200, "display.max_columns", 30):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    table = run.summary()  # the notebook's table: units in the headers, a spread beside each throughput
+    if not args.quiet and len(table):
+        print(table)
     reused = f", {run.reused} from earlier runs" if run.reused else ""
     summary = (f"{len(run.records)} records ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}{reused}) "
                f"-> {run.records_path}")
@@ -33,6 +30,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         figs = run.figures(save=True)
         summary += f"; {len(figs)} figures -> {run.study_dir / 'figures'}"
     print(summary)
+    if not args.quiet and run.reuse_line():
+        print(run.reuse_line())
     return 0
 
 
@@ -172,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="override a parameter; VALUE is parsed as YAML (e.g. -p batch_sizes '[4]')")
     run.add_argument("--output-dir", default=None, help="results root (default: <project>/outputs)")
+    run.add_argument("--rerun", action="store_true",
+                     help="measure every point again, even those recorded before (default: resume them)")
     run.add_argument("--no-figures", action="store_true", help="skip the HTML figures (no plotly needed)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or table")
     run.set_defaults(func=_cmd_run)

@@ -37,6 +37,35 @@ def _use_notebook_renderer() -> None:
 _use_notebook_renderer()
 
 
+def _error_y(part: pd.DataFrame, y: str) -> dict | None:
+    """Error bars from ``<y>_lo`` / ``<y>_hi`` (``accel_kit.noise.with_spread``: the trials' IQR, widened
+    to the runs' range); None where the rows carry none (one trial, one run, or a quantity with no trials)."""
+    lo, hi = f"{y}_lo", f"{y}_hi"
+    if lo not in part.columns or hi not in part.columns or not part[lo].notna().any():
+        return None
+    return dict(type="data", symmetric=False, array=(part[hi] - part[y]).clip(lower=0).fillna(0).tolist(),
+                arrayminus=(part[y] - part[lo]).clip(lower=0).fillna(0).tolist(), thickness=1.5, width=4)
+
+
+def with_precision(df: pd.DataFrame, group: list[str], title: str) -> tuple[list[str], str]:
+    """The precision that ran, in every figure: in the title when the rows share one, else in the legend."""
+    if "precision" not in df.columns or df.empty:
+        return group, title
+    precisions = sorted(df["precision"].dropna().astype(str).unique())
+    if len(precisions) == 1:
+        return group, f"{title} ({precisions[0]})"
+    return (group if "precision" in group else group + ["precision"]), title
+
+
+def swept_ticks(fig: go.Figure, values, axis: str = "x") -> None:
+    """Ticks at the values swept (GAS 1, 2, 4; devices 1, 2, 4, 8), on a log axis too, not plotly's own."""
+    ticks = sorted({v for v in values if v is not None and not pd.isna(v)})
+    if not ticks or len(ticks) > 16:
+        return
+    text = [f"{v:,.0f}" if float(v).is_integer() else f"{v:g}" for v in ticks]
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(tickmode="array", tickvals=ticks, ticktext=text)
+
+
 def _label(row: pd.Series, group: list[str], varying: list[str]) -> str:
     parts = [str(row[g]) for g in group if g in varying]
     return " · ".join(parts) if parts else str(row[group[0]])
@@ -49,6 +78,8 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
 
     Group labels name only the columns of ``group`` that vary (one system: colour by impl).
     """
+    if facet != "precision":
+        group, title = with_precision(df, group, title)
     varying = [g for g in group if g in df.columns and df[g].nunique() > 1]
     df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
     facets = [f for f in (facet_order or []) if f in set(df[facet])] + sorted(
@@ -62,6 +93,7 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
             part = part.sort_values(x)
             fig.add_trace(go.Bar(
                 x=part[x].astype(str), y=part[y], name=name, legendgroup=name, showlegend=col == 1,
+                error_y=_error_y(part, y),
                 marker_color=colors[name], customdata=_customdata(part, hover),
                 hovertemplate=_hovertemplate(x, y, hover, df)), row=1, col=col)
         fig.update_xaxes(title_text=x_title, type="category", row=1, col=col)
@@ -73,7 +105,9 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
 
 def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_title: str, y_title: str,
          log_x: bool = False, log_y: bool = False, hover: list[str] | None = None) -> go.Figure:
-    """Lines with markers of ``y`` against ``x``, one trace per group."""
+    """Lines with markers of ``y`` against ``x``, one trace per group; error bars where the rows carry
+    ``<y>_lo`` / ``<y>_hi``; ticks at the values of ``x`` when it is numeric."""
+    group, title = with_precision(df, group, title)
     varying = [g for g in group if g in df.columns and df[g].nunique() > 1] or group[:1]
     df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
     colors = _colors(sorted(df["_group"].unique()))
@@ -82,12 +116,14 @@ def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_ti
     for name, part in df.groupby("_group", sort=True):
         part = part.sort_values(x)
         fig.add_trace(go.Scatter(x=part[x], y=part[y], name=name, mode="lines+markers",
-                                 line_color=colors[name], customdata=_customdata(part, hover),
+                                 line_color=colors[name], error_y=_error_y(part, y), customdata=_customdata(part, hover),
                                  hovertemplate=_hovertemplate(x, y, hover, df)))
     fig.update_layout(title=title, template=_TEMPLATE, xaxis_title=x_title, yaxis_title=y_title,
                       legend_title_text=" · ".join(varying), height=450, width=750)
     if log_x:
         fig.update_xaxes(type="log")
+    if pd.api.types.is_numeric_dtype(df[x]):
+        swept_ticks(fig, df[x])
     if log_y:
         fig.update_yaxes(type="log")
     return fig

@@ -75,6 +75,21 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
     }
 
 
+def precision_text(params: dict) -> str:
+    """A record's precision for a reader: ``bf16, asked auto. Why: ...``: what ran, what was asked, then the
+    reason without the "auto: bf16 (...)" wrapper that repeats the precision (a run-on sentence otherwise)."""
+    ran, asked = params.get("precision") or "?", params.get("precision_requested")
+    reason = (params.get("precision_reason") or "").strip()
+    for prefix in (f"{asked}: {ran}" if asked else None, f"auto: {ran}", ran):
+        if prefix and reason.startswith(prefix):
+            reason = reason[len(prefix):].strip(" :")
+            break
+    if reason.startswith("(") and reason.endswith(")"):
+        reason = reason[1:-1]
+    head = f"{ran}, asked {asked}" if asked and asked != ran else ran
+    return f"{head}. Why: {reason}" if reason else f"{head} (no reason recorded)"
+
+
 def kind_of_study(study: str) -> str:
     """The point kind of a study's records: the microbenchmark times blocks, every other study trains."""
     return "block" if study == "microbenchmark" else "train"

@@ -161,8 +161,9 @@ class TrainPoint(Point, TrainSpec):
         return self.micro_batch_size * self.gas * self.data_parallel_size
 
     def label(self) -> str:
-        return f"{self.preset} {self.precision} n={self.devices} mb={self.micro_batch_size} gas={self.gas} " \
-               f"seq={self.seq_len}"
+        # The progress bar shows it: words a reader knows, not the fields' abbreviations.
+        return (f"{self.preset} {self.precision}, {self.devices} device{'s' if self.devices > 1 else ''}, "
+                f"micro-batch {self.micro_batch_size}, GAS {self.gas}, sequence {self.seq_len}")
 
     def frontier_key(self) -> str | None:
         """The configuration without its length: once it fails for memory, longer lengths are skipped.
@@ -202,7 +203,7 @@ class BlockPoint(Point):
     seed: int
 
     def label(self) -> str:
-        return f"{self.impl} {self.precision} b={self.batch_size} {self.direction}"
+        return f"{self.impl} {self.precision}, batch {self.batch_size}, {self.direction}"
 
 
 class PeakPoint(Point):

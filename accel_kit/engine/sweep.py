@@ -198,9 +198,13 @@ class PeakReference:
 
 def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
-              cpu_threads: int | None = None, peak: PeakReference | None = None) -> list[dict]:
-    """Run (or resume) ``points`` in order; returns one record per point (earlier runs' for resumed points)."""
-    done = recorded(records_path)
+              cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False) -> list[dict]:
+    """Run (or resume) ``points`` in order; returns one record per point (earlier runs' for resumed points).
+
+    ``rerun``: measure every point again, whatever was recorded; the new records are appended beside
+    the old ones, so a point measured in several runs shows their spread (``accel_kit.noise``).
+    """
+    done = recorded(records_path) if not rerun else {}
     frontier: dict[str, tuple[int, str]] = {}  # configuration -> (shortest seq that failed for memory, why)
     for rec in done.values():
         if is_memory_failure(rec["status"], rec.get("reason")):
@@ -211,7 +215,7 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             except ValueError:  # a record of another point kind or schema: no frontier from it
                 pass
     records = []
-    bar = tqdm(points, desc=f"{study} on {points[0].system if points else '?'}", disable=not progress)
+    bar = tqdm(points, desc=f"{study} on {points[0].system if points else '?'}", unit=" point", disable=not progress)
     for point in bar:
         key = point.key()
         label = point.label()

@@ -13,6 +13,7 @@ from typing import Callable
 import pandas as pd
 
 import accel_kit.report.render as R
+from accel_kit import noise
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
@@ -42,27 +43,39 @@ def fastest(ctx: Context) -> list[str]:
         df = ctx.study(study)
         if df.empty or metric not in df.columns:
             continue
-        ok = df[(df["status"] == "ok") & df[metric].notna()]
+        keys_all = ["system", "precision"] + [k for k in keys if k in df.columns]
+        ok = noise.with_spread(df, keys_all, [metric])  # each point's latest record, with its spread
+        ok = ok[(ok["status"] == "ok") & ok[metric].notna()]
         for precision, sub in ok.groupby("precision", sort=True):
             keys_here = [k for k in keys if k in sub.columns]
             head = f"<b>{esc(study)}, {esc(precision)}</b>: "
             systems = sorted(sub["system"].unique())
             shared = [g for _, g in sub.groupby(keys_here, dropna=False) if g["system"].nunique() > 1]
             if shared:
-                wins = Counter(g.loc[g[metric].idxmax(), "system"] for g in shared)
-                n = max(wins.values())
-                winners = sorted(s for s, w in wins.items() if w == n)
-                # The example: the largest of the points the (first) winner won.
-                won = [g for g in shared if g.loc[g[metric].idxmax(), "system"] == winners[0]]
-                g = max(won, key=lambda g: g[metric].max())
-                g = g.sort_values(metric, ascending=False)
+                # A point is won only when the fastest beats the second beyond both their spreads.
+                ranked = [g.sort_values(metric, ascending=False) for g in shared]
+                won = [g for g in ranked if noise.differs(noise.Measured.of(g.iloc[0], metric),
+                                                          noise.Measured.of(g.iloc[1], metric))]
+                wins = Counter(g.iloc[0]["system"] for g in won)
+                tied = len(shared) - len(won)
+                if wins:
+                    n = max(wins.values())
+                    winners = sorted(s for s, w in wins.items() if w == n)
+                    # The example: the largest of the points the (first) winner won.
+                    g = max((g for g in won if g.iloc[0]["system"] == winners[0]), key=lambda g: g[metric].max())
+                    who = (f"{esc(winners[0])} is fastest" if len(winners) == 1
+                           else f"{esc(' and '.join(winners))} are each fastest")
+                    who += f" beyond the noise at {n} of {len(shared)} points measured by more than one system"
+                    who += f" ({tied} within noise)" if tied else ""
+                else:
+                    g = max(ranked, key=lambda g: g[metric].max())
+                    who = (f"no system is faster beyond the noise at any of the {len(shared)} points measured by "
+                           f"more than one system")
                 best, second = g.iloc[0], g.iloc[1]
-                who = (f"{esc(winners[0])} is fastest" if len(winners) == 1
-                       else f"{esc(' and '.join(winners))} are each fastest")
-                out.append(head + f"{who} at {n} of {len(shared)} points measured by more than "
-                           f"one system; e.g. at {esc(_config(best, keys_here))}: {esc(best['system'])} "
-                           f"{R.fmt_num(best[metric])} against {esc(second['system'])} "
-                           f"{R.fmt_num(second[metric])} {unit} ({R.fmt_ratio(best[metric] / second[metric])})"
+                a, b = noise.Measured.of(best, metric), noise.Measured.of(second, metric)
+                out.append(head + f"{who}; e.g. at {esc(_config(best, keys_here))}: {esc(best['system'])} "
+                           f"{esc(a.text())} against {esc(second['system'])} {esc(b.text())} {unit}: "
+                           f"{esc(noise.ratio_text(a, b))}"
                            + ctx.cite.refs([best["record_id"], second["record_id"]]))
             elif len(systems) == 1:
                 best = sub.loc[sub[metric].idxmax()]
@@ -147,27 +160,32 @@ def sparse_dense(ctx: Context) -> list[str]:
         dense = t[(t["system"] == system) & (t["preset"] == preset) & (t["config"] == "dense") & (t["status"] == "ok")]
         ideal = (f"; the FLOP-proportional ideal is {R.fmt_ratio(top['ideal_speedup'])}"
                  if not R.is_missing(top.get("ideal_speedup")) else "")
+        rate = _measured(ctx, "sparsity", [top["record_id"]] + list(dense["record_id"][:1]), "tokens_per_s")
+        said = (f"{R.fmt_ratio(top['speedup_vs_dense'])} the dense tokens/s" if len(rate) < 2
+                else noise.ratio_text(*rate) + " the dense tokens/s" if noise.differs(*rate)
+                else "dense tokens/s " + noise.ratio_text(*rate))
         out.append(f"<b>{esc(system)}</b> ({esc(preset)}): {esc(top['config'])} runs at "
-                   f"{R.fmt_ratio(top['speedup_vs_dense'])} the dense tokens/s ({esc(top.get('execution') or '?')})"
+                   f"{esc(said)} ({esc(top.get('execution') or '?')})"
                    f"{ideal}" + ctx.cite.refs(list(dense["record_id"][:1]) + [top["record_id"]]))
     return out
 
 
+def _measured(ctx: Context, study: str, record_ids: list[str], metric: str) -> list[noise.Measured]:
+    """The records' ``metric`` with its spread (``accel_kit.noise``), in the order of ``record_ids``."""
+    df = ctx.study(study)
+    mine = df[df["record_id"].isin(record_ids)]
+    if mine.empty or metric not in mine.columns:
+        return []
+    spread = noise.with_spread(mine, ["record_id"], [metric]).set_index("record_id")
+    return [noise.Measured.of(spread.loc[r], metric) for r in record_ids if r in spread.index]
+
+
 def gas_gain(ctx: Context) -> list[str]:
-    """Per system and micro-batch: the largest gain of a larger GAS over the smallest."""
-    t = study_table(ctx, "gas")
-    out = []
-    if t.empty:
-        return out
-    ok = t[(t["status"] == "ok") & t["gain_vs_smallest_gas"].notna()]
-    for (system, mb), g in ok.groupby(["system", "micro_batch_size"], sort=True):
-        if g["gas"].nunique() < 2:
-            continue
-        base, top = g.sort_values("gas").iloc[0], g.loc[g["gain_vs_smallest_gas"].idxmax()]
-        out.append(f"<b>{esc(system)}</b> (micro-batch {int(mb)}): GAS {int(top['gas'])} gives "
-                   f"{R.fmt_ratio(top['gain_vs_smallest_gas'])} the tokens/s of GAS {int(base['gas'])}"
-                   + ctx.cite.refs([base["record_id"], top["record_id"]]))
-    return out
+    """Per system and micro-batch: each larger GAS against the smallest, a gain only beyond the noise
+    (the notebook prints the same findings: ``accel_kit.studies.gas.findings``)."""
+    from accel_kit.studies import gas
+
+    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.study("gas"))]
 
 
 def energy(ctx: Context) -> list[str]:

@@ -118,7 +118,9 @@ def page(ctx: Context, sections: list[Section], rendered: list[str], *, title: s
         "</head><body>"
         f"<header><h1>{esc(title)}</h1><p class=\"meta\">Built {now} by accel-kit {esc(__version__)} from "
         f"{len(recs.records)} records of {len(ctx.systems)} system(s): {esc(', '.join(ctx.systems))}. "
-        f"Selection: {selection}" + (f"; {'; '.join(dropped)}" if dropped else "") + ".</p>"
+        f"Selection: {selection}" + (f"; {'; '.join(dropped)}" if dropped else "") + ". "
+        f"Newest record: {esc(_newest(recs.records))}. To rebuild after new runs: <code>accel-kit report</code> "
+        "(or run <code>notebooks/report.ipynb</code>; <code>make run</code> does it after the studies).</p>"
         f"<details><summary>Sources read</summary><ul>{sources}</ul></details>"
         "<p class=\"meta\">The tables and figures follow the paper (Emani et al., arXiv 2310.04607, "
         "docs/study.md in accel-kit). A cell without a number says why: <i>not run</i> (no record of that "
@@ -127,3 +129,9 @@ def page(ctx: Context, sections: list[Section], rendered: list[str], *, title: s
         "records.</p>"
         f"<nav><ol>{toc}<li><a href=\"#records\">Records</a></li></ol></nav></header>"
         + "".join(rendered) + records_html(ctx) + "</body></html>\n")
+
+
+def _newest(records: list[dict]) -> str:
+    """When the newest record was measured (its timestamp, to the minute), so a stale page shows it."""
+    stamps = sorted(str(r.get("timestamp") or "") for r in records if r.get("timestamp"))
+    return stamps[-1][:16].replace("T", " ") + " UTC" if stamps else "none"

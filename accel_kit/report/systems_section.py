@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+from accel_kit import results
 import accel_kit.report.render as R
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section
@@ -92,9 +93,7 @@ def _devices_used(recs: list[dict]) -> Cell:
 
 
 def _precision_text(rec: dict) -> str:
-    params = rec.get("params") or {}
-    reason = params.get("precision_reason")
-    return f"{params['precision']}: {reason}" if reason else f"{params['precision']} (no reason recorded)"
+    return results.precision_text(rec.get("params") or {})
 
 
 def _study_counts(recs: list[dict], study: str) -> Cell:

@@ -67,12 +67,58 @@ class StudyRun:
         return sum(rec["run_id"] != self.run_id for rec in self.records)
 
     def table(self) -> pd.DataFrame:
-        """The study's summary table of this run."""
+        """The study's summary table of this run (the data: every column, the record ids)."""
         return study_module(self.study).table(self.df())
+
+    def summary(self):
+        """The table for people (``accel_kit.tables.readable``): the study's columns with units, a spread
+        beside every throughput, rounded to what the noise supports; the trials and runs come from every
+        record of the folder, so a point re-run shows the range of its runs."""
+        from accel_kit import tables
+
+        module = study_module(self.study)
+        every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
+        return tables.readable(self.table(), every, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", [])),
+                               getattr(module, "SHOWN", None))
+
+    def findings(self) -> list[str]:
+        """The study's findings over every system's latest records under ``study_dir`` (a difference is
+        called one only beyond both points' spread); empty for a study that states none."""
+        module = study_module(self.study)
+        if not hasattr(module, "findings") or not self.study_dir.exists():
+            return []
+        return [f["text"] for f in module.findings(results.load(self.study_dir))]
+
+    def show_findings(self) -> None:
+        """Print the findings, one a line (or why there is none)."""
+        print("\n".join(self.findings()) or "No finding: no configuration has two points to compare.")
+
+    def reuse_line(self) -> str | None:
+        """One line when points were recorded by an earlier run and not measured now: how many, when, and
+        how to measure again; None when every point was measured now."""
+        if not self.reused:
+            return None
+        earlier = [rec for rec in self.records if rec["run_id"] != self.run_id]
+        dates = sorted(str(rec.get("timestamp", ""))[:16].replace("T", " ") for rec in earlier)
+        when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+        head = (f"Nothing was measured now: all {len(self.records)} points" if self.reused == len(self.records)
+                else f"{self.reused} of {len(self.records)} points (the rest measured now)")
+        return (f"{head} were recorded before ({when} UTC) and are shown from {self.records_path.name}. "
+                f"To measure again: {RERUN_HOW}.")
+
+    def precision_line(self) -> str:
+        """The precision each point ran in and why (``auto``'s choice and its reason), once per distinct choice."""
+        seen = dict.fromkeys(results.precision_text(rec["params"]) for rec in self.records
+                             if (rec.get("params") or {}).get("precision"))
+        return "Precision that ran: " + " | ".join(seen) if seen else "Precision: no point recorded one."
 
     def figures(self, save: bool = True) -> dict[str, Any]:
         """The study's figures over every system's latest records under ``study_dir``."""
         return figures(self.study, self.study_dir, save=save)
+
+    def report_line(self) -> str:
+        """Where the cross-system report is and how to rebuild it (the last line of a study notebook)."""
+        return report_line(self.study_dir.parent)
 
     def show_figures(self) -> dict[str, Any]:
         """Show (and save) the figures; when there is nothing to draw, say why instead of staying blank."""
@@ -98,6 +144,26 @@ class StudyRun:
         return f"No figure to draw: none of this run's {len(self.records)} points has status ok: " + "; ".join(parts)
 
 
+# The one way to measure afresh points already recorded (README, "Exploring in JupyterLab").
+RERUN_HOW = "set rerun = True in the parameters cell (papermill -p rerun true; accel-kit run --rerun)"
+REPORT_HOW = ("the cross-system report of every study: run notebooks/report.ipynb, or accel-kit report "
+              "(writes outputs/report.html)")
+
+
+def report_line(output_dir: str | Path | None = None) -> str:
+    """Where the cross-system report is, whether it is older than the records beside it, and how to rebuild it."""
+    root = _output_dir(output_dir)
+    page = root / "report.html"
+    newest = max((f.stat().st_mtime for f in root.glob("*/*.jsonl")), default=None) if root.exists() else None
+    if not page.exists():
+        state = f"{page} is not built yet"
+    elif newest is not None and page.stat().st_mtime < newest:
+        state = f"{page} is older than the newest records, rebuild it"
+    else:
+        state = f"{page} is up to date with the records"
+    return f"Report: {state}; {REPORT_HOW}."
+
+
 def records_path(study_dir: Path, system: str) -> Path:
     return study_dir / f"{system}.jsonl"
 
@@ -109,8 +175,11 @@ def resolve(study: str, profile: str | None = "quick", **overrides: Any):
 
 
 def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
-              output_dir: str | Path | None = None, progress: bool = True, **overrides: Any) -> StudyRun:
+              output_dir: str | Path | None = None, progress: bool = True, rerun: bool = False,
+              **overrides: Any) -> StudyRun:
     """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl.
+
+    A point recorded before with the same parameters is not measured again (resume) unless ``rerun``.
 
     Bad input (a parameter, the system, an output folder that cannot be written) raises an
     AccelKitError before any point runs.
@@ -123,7 +192,7 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
     study_dir = writable_dir(_output_dir(output_dir) / study, f"output folder ({output_dir_origin(output_dir)})")
     run_id = results.new_run_id()
     records = module.run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
-                         profile=profile, progress=progress)
+                         profile=profile, progress=progress, rerun=bool(rerun))
     return StudyRun(study, system, run_id, study_dir, records)
 
 
@@ -133,7 +202,7 @@ def parameter_names(study: str) -> list[str]:
     return study_module(study).Params.parameter_names()
 
 
-NOTEBOOK_NAMES = ("system", "profile", "output_dir")
+NOTEBOOK_NAMES = ("system", "profile", "output_dir", "rerun")
 # The profile a notebook runs when nothing injected one (papermill -p profile wins); `make test` sets it.
 NOTEBOOK_PROFILE_ENV = "ACCEL_KIT_NOTEBOOK_PROFILE"
 
@@ -147,8 +216,14 @@ def run_notebook(study: str, namespace: dict[str, Any], *, progress: bool = True
     """
     injected = injected_parameters(study, namespace, sorted(set(NOTEBOOK_NAMES) | set(parameter_names(study))))
     overrides = {name: namespace.get(name) for name in parameter_names(study)}
-    return run_study(study, system=namespace.get("system", "cpu"), profile=notebook_profile(namespace, injected),
-                     output_dir=namespace.get("output_dir"), progress=progress, **overrides)
+    run = run_study(study, system=namespace.get("system", "cpu"), profile=notebook_profile(namespace, injected),
+                    output_dir=namespace.get("output_dir"), progress=progress, rerun=bool(namespace.get("rerun")),
+                    **overrides)
+    # Said on the page, once: a Run All that measured nothing, and the precision auto chose.
+    for line in (run.reuse_line(), run.precision_line()):
+        if line:
+            print(line)
+    return run
 
 
 def injected_parameters(notebook: str, namespace: dict[str, Any], known: Sequence[str]) -> list[str]:

@@ -151,7 +151,7 @@ def peak_shapes(points: list[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
 
 
 def run_points(study: str, params: TrainingParams, system: System, points: list[TrainPoint], *, records_path: Path,
-               run_id: str, profile: str | None, progress: bool) -> list[dict]:
+               run_id: str, profile: str | None, progress: bool, rerun: bool = False) -> list[dict]:
     """Resolve data, then run (or resume) the sweep with a measured peak reference."""
     params.check(system)
     check_data_vocab(points)
@@ -168,7 +168,7 @@ def run_points(study: str, params: TrainingParams, system: System, points: list[
     return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, launcher=params.launcher, max_nodes=params.max_nodes,
                      progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in points), default=1)),
-                     peak=peak)
+                     peak=peak, rerun=rerun)
 
 
 def axis_points(params: TrainingParams, system: System, choice: PrecisionChoice) -> list[TrainPoint]:
@@ -202,10 +202,10 @@ def study_runner(study: str) -> Callable[..., list[dict]]:
     """The ``run`` of a training study that differs from the others only in its axes."""
 
     def run(params: TrainingParams, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-            progress: bool = True) -> list[dict]:
+            progress: bool = True, rerun: bool = False) -> list[dict]:
         points = all_points(params, system)
         return run_points(study, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                          progress=progress)
+                          progress=progress, rerun=rerun)
 
     run.__doc__ = f"Measure (or resume) every point of the {study} study, each in its own process; one record each."
     return run

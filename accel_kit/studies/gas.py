@@ -1,4 +1,4 @@
-"""Study 2c: gradient accumulation (paper Figure 6): throughput against GAS at several micro-batch sizes.
+"""Gradient accumulation (paper Figure 6): throughput against GAS at several micro-batch sizes.
 
 GAS k runs k micro-batches per optimizer step with one gradient all-reduce, so larger GAS
 amortises communication and the optimizer step over more tokens.
@@ -10,7 +10,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import energy, results
+from accel_kit import energy, noise, results
 from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "gas"
@@ -49,7 +49,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    ok = results.latest(df, KEYS)
+    ok = noise.with_spread(df, KEYS)  # the latest record per point, with its trials' and runs' spread
     ok = ok[ok["status"] == "ok"]
     if ok.empty:
         return {}
@@ -67,3 +67,31 @@ def figures(df: pd.DataFrame) -> dict:
     if per_j is not None:
         figs["gas_energy"] = per_j
     return figs
+
+
+def findings(df: pd.DataFrame) -> list[dict]:
+    """Per system, preset, precision and micro-batch: each larger GAS against the smallest, called a gain or
+    a loss only when the difference exceeds both points' spread (``accel_kit.noise``), else "within noise".
+
+    Each finding is ``{"text", "record_ids"}`` (the notebook prints the text; the report cites the records).
+    """
+    t = noise.with_spread(df, KEYS) if not df.empty else df
+    if t.empty:
+        return []
+    t = t[(t["status"] == "ok") & t["tokens_per_s"].notna()]
+    out = []
+    for key, g in t.groupby(KEYS[:-1], sort=True):
+        if g["gas"].nunique() < 2:
+            continue
+        g = g.sort_values("gas")
+        base = g.iloc[0]
+        b = noise.Measured.of(base, "tokens_per_s")
+        for _, row in g.iloc[1:].iterrows():
+            m = noise.Measured.of(row, "tokens_per_s")
+            verdict = noise.ratio_text(m, b)
+            said = (f"GAS {int(row['gas'])} gives {verdict} the tokens/s of GAS {int(base['gas'])}"
+                    if noise.differs(m, b) else f"GAS {int(row['gas'])} against GAS {int(base['gas'])}: {verdict}")
+            out.append({"text": f"{key[0]} ({key[1]}, {key[2]}, micro-batch {int(key[4])}): {said} "
+                                f"({m.text()} against {b.text()} tokens/s)",
+                        "record_ids": [base["record_id"], row["record_id"]]})
+    return out

@@ -1,4 +1,4 @@
-"""Study 3: GenSLM, genome language models on long codon sequences (paper Table IV).
+"""GenSLM: genome language models on long codon sequences (paper Table IV).
 
 GenSLM (Zvyagin et al. 2022) is a GPT trained on SARS-CoV-2 genomes split into codons
 (three nucleotides, one token); a whole genome (~29.9 kb, ~10k codons) fits in a 10240-token
@@ -33,7 +33,7 @@ from typing import ClassVar, Literal
 import pandas as pd
 from pydantic import Field, PositiveInt, field_validator
 
-from accel_kit import energy, results
+from accel_kit import energy, noise, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
@@ -145,7 +145,7 @@ def prepare_genomes(params: Params, data_root: Path, seq_lens: list[int], *,
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[dict]:
     """Prepare the genomes, then run (or resume) ``point_presets() x seq_lens``; one record per point."""
     params.check(system)  # before preparing data: a typo should cost nothing
     lengths = sorted(set(params.seq_lens))  # ascending, so the memory frontier is found first
@@ -158,7 +158,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
                          steps=params.quality_steps if preset == params.quality_preset else params.steps)
               for preset in params.point_presets() for seq_len in lengths]
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+                      progress=progress, rerun=rerun)
 
 
 def _ordered(df: pd.DataFrame) -> pd.DataFrame:
@@ -166,6 +166,11 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
     order = {name: i for i, name in enumerate(PRESETS)}
     df = results.latest(df, [k for k in KEYS if k in df.columns])
     return df.assign(_order=df["preset"].map(order)).sort_values(["system", "_order", "seq_len"]).drop(columns="_order")
+
+
+# What the notebook's table shows (the rest is in ``table``): the paper's Table IV columns, and memory.
+SHOWN = ["system", "preset", "n_params", "seq_len", "precision", "micro_batch_size", "global_batch_size", "status",
+         "tokens_per_s", "samples_per_s_mean", "mfu_measured_pct", "mem_peak_gib", "loss_last", "reason"]
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -230,6 +235,8 @@ def figures(df: pd.DataFrame) -> dict:
     if df.empty:
         return {}
     latest = _ordered(df)
+    spread = noise.with_spread(df, [k for k in KEYS if k in df.columns]).set_index("record_id")
+    latest = latest.join(spread[[c for c in spread.columns if c.endswith(("_lo", "_hi", "_spread"))]], on="record_id")
     ok = latest[latest["status"] == "ok"]
     if ok.empty:
         return {}
@@ -252,7 +259,7 @@ def figures(df: pd.DataFrame) -> dict:
                          hover=["n_params", "mfu_measured_pct", "mem_peak_gib"])
         if name != "genslm_memory":
             _mark_not_run(fig, latest, y=ok[y].min() / 2)  # below every measured point (a log axis has no 0)
-        fig.update_xaxes(type="log", tickvals=ticks)
+        plots.swept_ticks(fig, ticks)
         if name != "genslm_memory":  # log ticks at 1, 2, 5 per decade, written out (plotly's own read "4" for 0.4)
             fig.update_yaxes(dtick="D2", tickformat=",.2~r")
         figs[name] = fig

@@ -1,4 +1,4 @@
-"""Study 1: one transformer layer, forward and forward+backward TFLOPS (paper Figures 3, 4).
+"""One transformer layer, forward and forward+backward TFLOPS (paper Figures 3, 4).
 
 The layer is one of a model preset (``preset``, any family's; default the paper's GPT-2 XL).
 
@@ -19,7 +19,7 @@ import pandas as pd
 from pydantic import Field, PositiveInt, field_validator
 
 from accel_kit import energy
-from accel_kit import results
+from accel_kit import noise, results
 from accel_kit.engine.point import BlockPoint, Direction, Impl
 from accel_kit.engine.sweep import PeakReference, run_sweep
 from accel_kit.params import Precision, StudyParams
@@ -75,7 +75,7 @@ def resolve_precisions(params: Params, system: System) -> list:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[dict]:
     """Measure (or resume) every point, each in its own process; one record per point."""
     choices = resolve_precisions(params, system)
     fixed = params.model_dump(include={"preset", "seq_len", "warmup", "trials", "tf32",
@@ -93,7 +93,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
         "profile": profile, "precisions": [c.precision for c in choices],
         "precisions_requested": params.precisions}
     return run_sweep(STUDY, points, records_path=records_path, run_id=run_id, extra_params=extra,
-                     timeout_s=params.timeout_s, progress=progress, peak=peak)
+                     timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
 
 
 # ---- presentation -------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty or "tflops" not in df.columns:
         return {}
-    ok = results.latest(df, TABLE_KEYS)
+    ok = noise.with_spread(df, TABLE_KEYS)  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"].copy()
     titles = {"forward": "Forward pass", "forward_backward": "Forward + backward pass"}
     figs = {}

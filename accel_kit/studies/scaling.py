@@ -1,4 +1,4 @@
-"""Study 2a: GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
+"""GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
 
 Data parallel (DDP or DeepSpeed ZeRO-1), one point per device count; speedup and scaling
 efficiency are against the smallest count measured: speedup = T_N / T_N0, efficiency =
@@ -11,7 +11,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import energy, results
+from accel_kit import energy, noise, results
 from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "scaling"
@@ -56,7 +56,7 @@ def figures(df: pd.DataFrame) -> dict:
     """Figure 5: tokens/s against device count, log-log, one line per system."""
     from accel_kit import plots
 
-    ok = results.latest(df, KEYS) if not df.empty else df
+    ok = noise.with_spread(df, KEYS) if not df.empty else df  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"] if not ok.empty else ok
     if ok.empty:
         return {}

@@ -1,4 +1,4 @@
-"""Study 2b: throughput and memory against sequence length, 1K to 64K (paper Table III).
+"""Throughput and memory against sequence length, 1K to 64K (paper Table III).
 
 Points that do not fit are part of the result: a configuration that runs out of memory
 (or is estimated not to fit) at some length has its longer lengths recorded as skipped.
@@ -10,7 +10,7 @@ from typing import ClassVar
 import pandas as pd
 from pydantic import Field, PositiveInt
 
-from accel_kit import energy, results
+from accel_kit import energy, noise, results
 from accel_kit.studies._training import AxesParams, study_runner
 
 STUDY = "seq_length"
@@ -44,7 +44,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    latest = results.latest(df, KEYS)
+    latest = noise.with_spread(df, KEYS)  # latest per point, with its spread
     ok = latest[latest["status"] == "ok"]
     figs = {}
     if not ok.empty:
@@ -57,18 +57,18 @@ def figures(df: pd.DataFrame) -> dict:
                 x=failed["seq_len"], y=[0] * len(failed), mode="markers", name="did not run",
                 marker=dict(symbol="x", size=12, color="crimson"), text=failed["status"] + ": " + failed["reason"],
                 hovertemplate="seq_len=%{x}<br>%{text}<extra></extra>"))
-        fig.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+        plots.swept_ticks(fig, latest["seq_len"])  # the failed lengths too
         figs["seq_length_throughput"] = fig
         if ok["mem_peak_gib"].notna().any():
             mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=["system", "preset", "devices"],
                              title="Peak memory per device against sequence length",
                              x_title="sequence length (tokens)", y_title="GiB", log_x=True)
-            mem.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+            plots.swept_ticks(mem, latest["seq_len"])
             figs["seq_length_memory"] = mem
         per_j = plots.energy_line(ok, x="seq_len", group=["system", "preset", "devices"], log_x=True,
                                   title="Training energy efficiency against sequence length",
                                   x_title="sequence length (tokens)")
         if per_j is not None:
-            per_j.update_xaxes(type="log", tickvals=sorted(latest["seq_len"].unique()))
+            plots.swept_ticks(per_j, latest["seq_len"])
             figs["seq_length_energy"] = per_j
     return figs

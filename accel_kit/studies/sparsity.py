@@ -1,4 +1,4 @@
-"""Study 2d: weight sparsity (paper Figures 7 and 8): throughput and loss, dense against sparse.
+"""Weight sparsity (paper Figures 7 and 8): throughput and loss, dense against sparse.
 
 The paper could run this only on a Cerebras CS-2, whose hardware skips zero weights. Here
 it runs wherever accel-kit runs, so every record says how the pruned layers really executed
@@ -80,7 +80,7 @@ def configurations(params: Params) -> list[tuple[str, float]]:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[dict]:
     configs = configurations(params)
     choice = resolve_precision(params, system)
     points = [make_point(params, system, choice, preset=preset, sparsity=s, sparsity_pattern=pattern,
@@ -92,7 +92,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
                    for pattern, s in configs]
     points = list({p.key(): p for p in points}.values())  # a loss-curve run may equal a throughput run
     return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
-                      progress=progress)
+                      progress=progress, rerun=rerun)
 
 
 # --------------------------------------------------------------------------- tables
@@ -147,6 +147,12 @@ def loss_curve_rows(df: pd.DataFrame) -> pd.Series:
         return pd.Series(False, index=df.index)
     return (df["loss_steps"].fillna(0) > 0) & (df["steps"] == df["loss_steps"]) & \
         (df["warmup_steps"] == df["loss_warmup_steps"])
+
+
+# What the notebook's table shows (the rest is in ``table``): the paper's Figures 7 and 8 as numbers.
+SHOWN = ["system", "preset", "precision", "micro_batch_size", "seq_len", "status", "config", "execution",
+         "sparsity_measured", "tokens_per_s", "speedup_vs_dense", "ideal_speedup", "mfu_measured_pct", "loss_gap_pct",
+         "loss_curve_run", "steps", "reason"]
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,197 @@
+"""What a reader sees of the noise: tables for people, error bars, findings that say "within noise", re-runs.
+
+Records are made with ``results.make_record`` (the real schema: per-trial ``times_s``, the metrics),
+not by running studies, so these take milliseconds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accel_kit import noise, results, studies, tables
+from accel_kit.devices.types import PrecisionChoice
+from accel_kit.studies import gas, microbenchmark, scaling, seq_length
+
+STEADY = [1.0, 1.0, 1.0, 1.0, 1.0]
+NOISY = [1.0, 1.3, 0.75, 1.0, 1.25]  # IQR of the rate: about 20 % of it
+
+
+def _train(study: str, tokens_per_s: float, times=STEADY, *, run_id="r1", timestamp=None, **params) -> dict:
+    p = dict(preset="gpt2-small", precision="bf16", precision_requested="auto",
+             precision_reason="auto: bf16 (2.2x faster than fp32 here)", devices=1, micro_batch_size=4, gas=1,
+             seq_len=1024) | params
+    rec = results.make_record(
+        study=study, system="cpu", status="ok", run_id=run_id, params=p, times_s=list(times),
+        metrics=dict(tokens_per_s=tokens_per_s, samples_per_s=tokens_per_s / p["seq_len"],
+                     tokens_per_s_per_device=tokens_per_s, global_batch_size=p["micro_batch_size"] * p["gas"],
+                     mfu_measured_pct=12.3456, mem_peak_gib=1.23456, time_cv=0.2, noisy=True, trials=len(times)))
+    if timestamp:
+        rec["timestamp"] = timestamp
+    return rec
+
+
+def _gas_records(top=4400.0, times=STEADY):
+    return [_train("gas", 3900.123456, NOISY, gas=1), _train("gas", 3968.2, NOISY, gas=2),
+            _train("gas", top, times, gas=4)]
+
+
+def test_gas_table_has_the_paper_columns_rounded_with_a_spread_beside_each_throughput():
+    df = results.frame(_gas_records())
+    t = tables.readable(gas.table(df), df, gas.KEYS)
+    cols = list(t.frame.columns)
+    assert cols == ["GAS", "global batch", "tokens/s", "tokens/s spread", "samples/s", "samples/s spread",
+                    "MFU measured (%)", "gain over smallest GAS (x)"]
+    # What every row shares is said once; no ids, no column that is empty on every row (reason).
+    assert t.shared["precision"] == "bf16" and t.shared["micro-batch"] == "4"
+    assert not any("record" in c or "reason" in c for c in cols)
+    # 3900.12 with a spread of 780 (the trial rates' IQR, 3120 to 3900): hundreds; the steady point: three digits.
+    row = t.frame.iloc[0]
+    assert row["tokens/s"] == "3,900" and row["tokens/s spread"] == "800", row.to_dict()
+    assert t.frame.iloc[2]["tokens/s"] == "4,400" and t.frame.iloc[2]["MFU measured (%)"] == "12.3"
+    assert tables.width_px(t) <= 1400
+    assert "interquartile range" in t.footnote and "record_id" in t.footnote
+
+
+def test_the_runs_of_a_point_widen_its_spread():
+    earlier = _train("gas", 3700.0, STEADY, gas=4, run_id="r0", timestamp="2020-01-01T00:00:00+00:00")
+    df = results.frame(_gas_records(top=4000.0) + [earlier])
+    row = noise.with_spread(df, gas.KEYS).set_index("gas").loc[4]
+    assert row["runs"] == 2 and row["tokens_per_s"] == 4000.0  # the latest run is the value shown
+    assert (row["tokens_per_s_lo"], row["tokens_per_s_hi"]) == (3700.0, 4000.0)
+
+
+def _error_bars(fig) -> list:
+    """The error bars of every measured trace (a marker trace of points that did not run has none to show)."""
+    return [None if tr.error_y.array is None else tuple(tr.error_y.array) + tuple(tr.error_y.arrayminus)
+            for tr in fig.data if tr.type == "bar" or "lines" in (tr.mode or "")]
+
+
+@pytest.mark.parametrize("study, records, x, ticks", [
+    (gas, [_train("gas", 100.0 * g, NOISY, gas=g) for g in (1, 2, 4)], "gas", (1, 2, 4)),
+    (scaling, [_train("scaling", 100.0 * d, NOISY, devices=d) for d in (1, 2, 4, 8)], "devices", (1, 2, 4, 8)),
+    (seq_length, [_train("seq_length", 100.0, NOISY, seq_len=s) for s in (256, 1024, 4096)], "seq_len",
+     (256, 1024, 4096)),
+])
+def test_every_throughput_figure_has_error_bars_swept_ticks_and_the_precision(study, records, x, ticks):
+    figs = study.figures(results.frame(records))
+    rate_figs = {k: f for k, f in figs.items() if "memory" not in k and "energy" not in k}
+    assert rate_figs
+    for name, fig in rate_figs.items():
+        bars = _error_bars(fig)
+        assert bars and all(b is not None and max(b) > 0 for b in bars), name
+        assert tuple(fig.layout.xaxis.tickvals) == ticks, name
+        assert "bf16" in fig.layout.title.text, name
+
+
+def test_microbenchmark_bars_have_error_bars():
+    recs = [results.make_record(study="microbenchmark", system="cpu", status="ok", run_id="r1", times_s=NOISY,
+                                params=dict(impl="native", precision="fp32", batch_size=b, direction="forward",
+                                            seq_len=64, preset="gpt2-debug"),
+                                metrics=dict(tflops=1.0 + b, trials=5)) for b in (1, 2)]
+    fig = microbenchmark.figures(results.frame(recs))["microbenchmark_forward"]
+    assert all(b is not None and max(b) > 0 for b in _error_bars(fig))
+
+
+def test_a_difference_inside_the_noise_is_said_to_be_within_noise():
+    # GAS 2 is 1.02x GAS 1, both with a spread near 20 %: not a gain.
+    texts = [f["text"] for f in gas.findings(results.frame(_gas_records(top=4420.0, times=NOISY)))]
+    assert "GAS 2 against GAS 1: within noise (1.02x; spreads" in texts[0], texts[0]
+    # 1.13x but inside GAS 1's 20 % spread: within noise too, never "gives 1.13x".
+    assert "GAS 4 against GAS 1: within noise (1.13x" in texts[1] and "gives" not in texts[1], texts[1]
+
+
+def test_a_difference_beyond_both_spreads_is_called_one():
+    recs = [_train("gas", 1000.0, [1.0, 1.02, 0.98, 1.0, 1.01], gas=1),
+            _train("gas", 1500.0, [1.0, 1.02, 0.98, 1.0, 1.01], gas=4)]
+    (finding,) = gas.findings(results.frame(recs))
+    assert "GAS 4 gives 1.50x the tokens/s of GAS 1" in finding["text"]
+    # One trial, one run: the noise is unknown, so no difference is called either.
+    one = [_train("gas", 1000.0, [1.0], gas=1), _train("gas", 1500.0, [1.0], gas=4)]
+    assert "not called a difference" in gas.findings(results.frame(one))[0]["text"]
+
+
+def test_rounding_follows_the_spread():
+    assert noise.fmt(3221.319133, noise.decimals(250.0)) == "3,200"
+    assert noise.fmt(25.166556, noise.decimals(0.13)) == "25.17"
+    assert noise.fmt(25.166556, noise.decimals(float("nan"), 25.166556)) == "25.2"
+
+
+def _train_point(**changes):
+    from accel_kit.studies._training import make_point
+    from accel_kit.systems import load_system
+
+    params = studies.resolve("gas", "smoke", precision="fp32")
+    choice = PrecisionChoice(requested="fp32", precision="fp32", reason="asked")
+    return make_point(params, load_system("cpu"), choice, micro_batch_size=1, gas=1, **changes)
+
+
+def test_a_run_that_measured_nothing_says_so_and_rerun_measures_again(tmp_path, monkeypatch):
+    from accel_kit.engine import sweep
+
+    calls = []
+    monkeypatch.setattr(sweep, "run_worker", lambda point, **kw: calls.append(point) or
+                        {"status": "ok", "metrics": {"tokens_per_s": 10.0}, "times_s": [1.0, 1.1]})
+    path = tmp_path / "gas" / "cpu.jsonl"
+    point = _train_point()
+    first = sweep.run_sweep("gas", [point], records_path=path, run_id="r1", extra_params={}, timeout_s=5,
+                            progress=False)
+    again = studies.StudyRun("gas", "cpu", "r2", path.parent,
+                             sweep.run_sweep("gas", [point], records_path=path, run_id="r2", extra_params={},
+                                             timeout_s=5, progress=False))
+    assert len(calls) == 1  # resumed: the recorded point is not measured again
+    line = again.reuse_line()
+    assert line.startswith("Nothing was measured now: all 1 points were recorded before (")
+    assert first[0]["timestamp"][:10] in line and "rerun = True" in line and "-p rerun true" in line
+    fresh = studies.StudyRun("gas", "cpu", "r3", path.parent,
+                             sweep.run_sweep("gas", [point], records_path=path, run_id="r3", extra_params={},
+                                             timeout_s=5, progress=False, rerun=True))
+    assert len(calls) == 2 and fresh.reuse_line() is None
+    assert len(list(results.iter_records(path))) == 2  # both runs kept: their range is the point's spread
+
+
+def test_the_progress_label_is_in_words():
+    label = _train_point().label()
+    assert "n=" not in label and "mb=" not in label
+    assert "1 device, micro-batch 1, GAS 1, sequence 32" in label
+
+
+def test_the_precision_and_why_read_as_one_short_statement():
+    params = dict(precision="fp32", precision_requested="auto",
+                  precision_reason="auto: fp32 (bf16 skipped: bf16 53x slower than fp32 on this CPU)")
+    assert results.precision_text(params) == "fp32, asked auto. Why: bf16 skipped: bf16 53x slower than fp32 on this CPU"
+    assert results.precision_text(dict(precision="bf16", precision_requested="bf16")) == "bf16 (no reason recorded)"
+
+
+@pytest.mark.parametrize("study, records", [
+    ("scaling", [_train("scaling", 100.0 * d, NOISY, devices=d) for d in (1, 2, 4, 8)]),
+    ("seq_length", [_train("seq_length", 100.0, NOISY, seq_len=s) for s in (256, 1024, 4096)]),
+    ("genslm", [_train("genslm", 100.0, NOISY, seq_len=s, preset="genslm-25m", vocab_size=71) for s in (512, 1024)]),
+    ("microbenchmark", [results.make_record(
+        study="microbenchmark", system="cpu", status="ok", run_id="r1", times_s=NOISY,
+        params=dict(impl="native", precision="fp32", batch_size=b, direction="forward", seq_len=64),
+        metrics=dict(tflops=1.0 + b, trials=5, time_cv=0.2, noisy=True)) for b in (1, 2)]),
+])
+def test_every_study_table_fits_the_page_with_a_spread_beside_its_throughput(study, records):
+    module = studies.study_module(study)
+    df = results.frame(records)
+    t = tables.readable(module.table(df), df, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", None)))
+    cols = list(t.frame.columns)
+    rates = [c for c in cols if c in ("tokens/s", "TFLOP/s", "samples/s (mean step)")]
+    assert rates and all(cols[cols.index(r) + 1] == f"{r} spread" for r in rates), cols
+    assert "record_id" not in cols and "time_cv" not in cols and tables.width_px(t) <= 1400, cols
+
+
+def test_the_report_findings_call_no_difference_inside_the_noise():
+    from accel_kit.report import findings
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = [_train("gas", 1000.0, NOISY, gas=1), _train("gas", 1100.0, NOISY, gas=4)]
+    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin",
+                 metrics=dict(r["metrics"], tokens_per_s=r["metrics"]["tokens_per_s"] * 1.05)) for r in recs]
+    ctx = Context(RecordSet(recs + twin, []))
+    (fastest,) = findings.fastest(ctx)
+    assert "no system is faster beyond the noise at any of the 2 points" in fastest and "within noise (1.05x" in fastest
+    gains = findings.gas_gain(ctx)
+    assert len(gains) == 2 and all("GAS 4 against GAS 1: within noise (1.10x" in g for g in gains), gains
