@@ -51,7 +51,16 @@ class Probe(Point):
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "parent": os.getppid(), "cwd": os.getcwd(),
-            "finite": bool(torch.isfinite(x).all())}}
+            "finite": bool(torch.isfinite(x).all()), "tabnanny_loaded": "tabnanny" in sys.modules}}
+
+
+class PreloadingProbe(Probe):
+    """A probe that names a module beyond the server's PRELOAD (as an hf block point names transformers')."""
+
+    kind: str = "test_forkserver:PreloadingProbe"
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ("tabnanny",)  # a small module nothing else here imports
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +147,14 @@ def test_server_starts_no_thread_pool_and_no_device(probe_path):
     if touched == untouched:
         pytest.skip("a parallel region starts no thread on this machine: the check cannot tell")
     assert status["threads"] <= untouched < touched
+
+
+def test_a_points_own_modules_are_imported_by_the_server_before_its_fork(probe_path, monkeypatch):
+    plain = _run(Probe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
+    preloading = _run(PreloadingProbe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
+    assert preloading["parent"] == plain["parent"]  # the same server, which has it now
+    # not in the server before the point that names it; in its fork (before the point ran any code)
+    assert not plain["tabnanny_loaded"] and preloading["tabnanny_loaded"]
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ from accel_kit.studies import genslm
 from accel_kit.tokenizers import load_tokenizer
 from accel_kit.engine.attention import AttentionKernelUnavailable, kernel_of_ops, probe_attention_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(precision="bf16", micro_batch_size=2, steps=2, warmup_steps=1, measure_peak=False, timeout_s=180,
             synthetic_records=4, quality_preset=None)
 
@@ -169,14 +168,11 @@ def test_cli_rejects_a_bad_parameter_in_one_line(out_dir):
 
 @pytest.mark.slow
 def test_genslm_notebook(out_dir):
-    import papermill
+    """The notebook's cells' calls in this process (nbval runs the notebook itself, as committed)."""
+    from training_notebooks import run_cells
 
-    papermill.execute_notebook(
-        str(ROOT / "notebooks" / "genslm.ipynb"), str(out_dir / "genslm.ipynb"),
-        parameters={"system": "cpu", "profile": "quick", "presets": ["genslm-debug"], "seq_lens": [64],
-                    "quality_preset": "genslm-debug", "quality_steps": 12, "lr": 3e-3, "micro_batch_size": 2,
-                    "synthetic_records": 8, "measure_peak": False, "timeout_s": 180},
-        cwd=str(ROOT / "notebooks"), kernel_name="python3", progress_bar=False)
+    run_cells("genslm", out_dir, presets=["genslm-debug"], seq_lens=[64], quality_preset="genslm-debug",
+              quality_steps=12, lr=3e-3, micro_batch_size=2, synthetic_records=8, measure_peak=False, timeout_s=180)
     df = results.load(out_dir / "genslm")
     assert list(df["status"]) == ["ok"] and (df["tokens_per_s"] > 0).all()
     losses = df["losses"].iloc[0]

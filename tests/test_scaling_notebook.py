@@ -1,13 +1,13 @@
-"""The scaling notebook end to end with tiny sizes (papermill), asserting on the records."""
+"""The scaling notebook with tiny sizes (its cells' calls, in this process; nbval runs it as committed), asserting on the records."""
 import pytest
-from training_notebooks import TINY, run_notebook
+from training_notebooks import TINY, run_cells
 
 from accel_kit import studies
 
 
 @pytest.mark.slow
 def test_scaling_notebook(out_dir):
-    df = run_notebook("scaling", out_dir, device_counts=[1, 2], **TINY, data="text")
+    df = run_cells("scaling", out_dir, device_counts=[1, 2], **TINY, data="text")
     assert list(df["devices"]) == [1, 2] and set(df["status"]) == {"ok"}
     assert list(df["data_parallel_size"]) == [1, 2] and (df["tokens_per_s"] > 0).all()
     assert (df["data"] == "text").all()

@@ -2,7 +2,6 @@
 import copy
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ from accel_kit.engine.step import cast_for_precision
 from accel_kit.engine.point import TrainPoint
 from numerics import assert_close_sums, eps, gpt_forward_terms
 
-ROOT = Path(__file__).resolve().parent.parent
 VOCAB, SEQ = 97, 16
 CPU = torch.device("cpu")
 CPU_ADAPTER = get_adapter("cpu")
@@ -415,14 +413,11 @@ def test_sparse_pretrain_dense_finetune(out_dir):
 
 @pytest.mark.slow
 def test_sparsity_notebook(out_dir):
-    import papermill
+    """The notebook's cells' calls in this process (nbval runs the notebook itself, as committed)."""
+    from training_notebooks import run_cells
 
-    papermill.execute_notebook(str(ROOT / "notebooks" / "sparsity.ipynb"), str(out_dir / "sparsity.ipynb"),
-                               parameters={"system": "cpu", "profile": "quick", "sparsities": [0, 0.9],
-                                           "loss_steps": 20, "loss_warmup_steps": 2, "dense_finetune_steps": 4,
-                                           **TINY},
-                               cwd=str(ROOT / "notebooks"), kernel_name="python3", progress_bar=False)
-    df = results.load(out_dir / "sparsity")
+    df = run_cells("sparsity", out_dir, sparsities=[0, 0.9], loss_steps=20, loss_warmup_steps=2,
+                   dense_finetune_steps=4, **TINY)
     assert set(df["status"]) == {"ok"}
     # 3 throughput points (dense, 0.9, 2:4) and the same 3 as 20-step loss-curve runs
     assert len(df) == 6 and sorted(df["steps"]) == [2, 2, 2, 20, 20, 20]

@@ -1,10 +1,16 @@
-"""A training study's notebook end to end with tiny sizes (papermill), for its test file (imported by name:
-pytest puts tests/ on the path). One file per notebook (test_<study>_notebook.py): ``make test``'s
-workers take a file each, and these, a few tests of many seconds each, come last, so that three files
-let both workers finish together where one would leave a single worker running them in turn."""
+"""A training study's notebook with tiny sizes, for its test file (imported by name: pytest puts tests/
+on the path). One file per notebook (test_<study>_notebook.py): ``make test``'s workers take a file each.
+
+Each notebook already runs as committed, in a kernel of its own, under nbval (``make test``). So only
+the gradient-accumulation notebook (and the microbenchmark's, in its own test file) is run again by
+papermill here, for what only a real kernel shows: parameters injected by papermill, the page's
+lines. The other studies' tests run the notebook's code path in this process (``run_cells``): the
+calls its cells make, with the same parameters, minus a kernel's and a fork server's start (seconds
+each, on every notebook, twice over).
+"""
 from pathlib import Path
 
-from accel_kit import results
+from accel_kit import results, studies
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(preset="gpt2-debug", precision="bf16", micro_batch_size=2, seq_len=32, steps=2, warmup_steps=1,
@@ -18,4 +24,15 @@ def run_notebook(study, out_dir, **params):
     papermill.execute_notebook(str(ROOT / "notebooks" / f"{study}.ipynb"), str(out_dir / f"{study}.ipynb"),
                                parameters={"system": "cpu", "profile": "quick", **params},
                                cwd=str(ROOT / "notebooks"), kernel_name="python3", progress_bar=False)
+    return results.load(out_dir / study)
+
+
+def run_cells(study, out_dir, **params):
+    """What ``notebooks/<study>.ipynb``'s cells do with ``params`` set in its parameters cell, in this
+    process: the run (``studies.run_notebook`` on the cell's globals), the table, the figures saved
+    (a kernel would also display them); the records it wrote."""
+    namespace = {"system": "cpu", "profile": "quick", "output_dir": str(out_dir), **params}
+    run = studies.run_notebook(study, namespace, progress=False)
+    run.table()
+    assert run.figures(save=True), run.nothing_to_draw()
     return results.load(out_dir / study)

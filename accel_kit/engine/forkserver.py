@@ -54,6 +54,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 SWITCH = "ACCEL_KIT_FORKSERVER"  # "0": every point in a fresh interpreter
 MAX_SERVERS = 2  # each holds torch's memory (a few hundred MiB); tests change PYTHONPATH now and then
@@ -75,9 +76,9 @@ PRELOAD = ("torch", "torch.distributed",
            "accel_kit.engine.step", "accel_kit.engine.eager",
            # the engine's measurement path where it has these modules (a missing one is skipped)
            "accel_kit.engine.kinds", "accel_kit.engine.measurement", "accel_kit.engine.train_measure",
-           "accel_kit.engine.block_measure",
-           # transformers' GPT-2 block (the microbenchmark's hf points; the HF conversion): seconds to import
-           "accel_kit.models.hf", "transformers.models.gpt2.modeling_gpt2")
+           "accel_kit.engine.block_measure")
+# Not here: what only some points import (transformers' layers, seconds): such a point names them
+# (``Point.preload_modules``) and the server imports them before forking it, once per server.
 _MAX_PACKET = 1 << 20
 _PR_SET_PDEATHSIG = 1
 
@@ -153,8 +154,10 @@ class ForkServer:
             return json.loads(report.recv(_MAX_PACKET))
 
     def run(self, argv: list[str], *, env: dict[str, str], output: Path, timeout_s: float,
-            memory_limit_bytes: int | None = None) -> Finished:
+            memory_limit_bytes: int | None = None, preload: Sequence[str] = ()) -> Finished:
         """Fork a child that runs ``worker.main(argv)`` with ``env``; wait at most ``timeout_s`` for it.
+
+        ``preload``: modules the server imports before this fork (kept for later points), beyond ``PRELOAD``.
 
         At the timeout (or if this call is interrupted, e.g. a Ctrl-C) the child's process group is
         killed. Raises ServerGone if the server ends before the child's exit is known.
@@ -162,7 +165,7 @@ class ForkServer:
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with report:
             self._send({"op": "run", "argv": argv, "env": env, "cwd": os.getcwd(), "output": str(output),
-                        "memory_limit_bytes": memory_limit_bytes}, theirs)
+                        "memory_limit_bytes": memory_limit_bytes, "preload": list(preload)}, theirs)
             deadline = time.monotonic() + timeout_s
             code = timed_out = None
             while code is None:
@@ -263,20 +266,27 @@ os.register_at_fork(after_in_child=_forget_in_child)
 # ----------------------------------------------------------------------------- the server's side
 
 
-def preload() -> None:
-    """Import ``PRELOAD`` (what a server does before its first fork), skipping what this environment lacks."""
-    for name in PRELOAD:
+_loaded: list[str] = []  # what this server has imported: PRELOAD, then the requests' preloads
+
+
+def preload(names: Sequence[str] = PRELOAD) -> None:
+    """Import ``names`` (``PRELOAD``: what a server does before its first fork), skipping what this
+    environment lacks."""
+    for name in names:
+        if name in _loaded:
+            continue
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - one this environment cannot import: the child imports (and reports) it
             pass
+        _loaded.append(name)
 
 
 def _self_status() -> dict:
     import torch
 
     return {"threads": len(os.listdir("/proc/self/task")), "pid": os.getpid(),
-            "initialized": _initialized_backends(torch), "modules": sorted(PRELOAD)}
+            "initialized": _initialized_backends(torch), "modules": sorted(_loaded)}
 
 
 def _initialized_backends(torch) -> list[str]:
@@ -330,6 +340,7 @@ def _take_request(control: socket.socket, children: dict, by_report: dict) -> bo
         with report:
             report.sendall(json.dumps(_self_status()).encode())
         return True
+    preload(request.get("preload", ()))  # (modules only: importing them touches no device, starts no thread)
     server = os.getpid()
     pid = os.fork()
     if pid == 0:

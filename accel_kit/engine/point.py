@@ -115,6 +115,11 @@ class Point(BaseModel):
         """Points sharing this key skip longer sequences once one fails for memory; None: no frontier."""
         return None
 
+    def preload_modules(self) -> tuple[str, ...]:
+        """Modules this point imports beyond every point's (the fork server's ``PRELOAD``): the server
+        imports them before its fork, once for every later point that needs them too."""
+        return ()
+
     def record_params(self) -> dict[str, Any]:
         """What a record stores of the point: the system is the record's own field, the peak goes to the metrics."""
         return self.model_dump(exclude={"peak", "system"})
@@ -204,6 +209,13 @@ class BlockPoint(Point):
 
     def label(self) -> str:
         return f"{self.impl} {self.precision}, batch {self.batch_size}, {self.direction}"
+
+    def preload_modules(self) -> tuple[str, ...]:
+        if self.impl != "hf":
+            return ()
+        from accel_kit.models import family_of
+
+        return family_of(self.preset).hf_modules  # transformers' layer: seconds to import
 
 
 class PeakPoint(Point):

@@ -144,7 +144,8 @@ def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float
     except forkserver.ServerGone:
         return None
     try:
-        return server.run(argv, env=env, output=output, timeout_s=timeout_s, memory_limit_bytes=limit)
+        return server.run(argv, env=env, output=output, timeout_s=timeout_s, memory_limit_bytes=limit,
+                          preload=point.preload_modules())
     except forkserver.ServerGone as exc:  # its points die with it (PR_SET_PDEATHSIG): this one failed
         forkserver.discard(server)
         text = output.read_bytes() if output.exists() else b""

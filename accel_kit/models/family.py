@@ -150,6 +150,9 @@ class Family(ABC):
     sources: ClassVar[dict[str, str]]  # preset -> where its shape comes from
     overridable: ClassVar[tuple[str, ...]]  # config fields a point may override (vocab_size, seq_len ...)
     hf_model_class: ClassVar[str]  # transformers' class of the same architecture, e.g. "LlamaForCausalLM"
+    # transformers' modules its reference layer (``build_layer(impl="hf")``) imports: seconds to import,
+    # so a fork server loads them once for the points that need them (``Point.preload_modules``).
+    hf_modules: ClassVar[tuple[str, ...]] = ()
 
     # --- building
 

@@ -31,6 +31,7 @@ class Llama3(Family):
     # dropout: Llama has none.
     overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple", "narrow_linear_fast_path")
     hf_model_class: ClassVar[str] = "LlamaForCausalLM"
+    hf_modules: ClassVar[tuple[str, ...]] = ("transformers.models.llama.modeling_llama",)
 
     # --- building
 
