@@ -53,6 +53,16 @@ def test_gas_table_has_the_paper_columns_rounded_with_a_spread_beside_each_throu
     assert "interquartile range" in t.footnote and "record_id" in t.footnote
 
 
+def test_a_gas_table_whose_points_all_failed_has_rows_and_no_gain():
+    failed = [results.make_record(study="gas", system="cpu", status="error", run_id="r1", reason="timeout",
+                                  params=dict(preset="gpt2-debug", precision="bf16", devices=1, micro_batch_size=1,
+                                              gas=g, seq_len=32), metrics={}) for g in (1, 2)]
+    df = results.frame(failed)
+    t = gas.table(df)  # (it once raised KeyError: no tokens_per_s column at all)
+    assert list(t["status"]) == ["error", "error"] and t["gain_vs_smallest_gas"].isna().all()
+    assert len(tables.readable(t, df, gas.KEYS).frame) == 2
+
+
 def test_the_runs_of_a_point_widen_its_spread():
     earlier = _train("gas", 3700.0, STEADY, gas=4, run_id="r0", timestamp="2020-01-01T00:00:00+00:00")
     df = results.frame(_gas_records(top=4000.0) + [earlier])

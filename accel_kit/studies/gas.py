@@ -36,6 +36,9 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", *energy.table_columns(df),
                    "mfu_measured_pct", "reason", "record_id"]
     df = df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+    if "tokens_per_s" not in df.columns:  # no point measured (every one failed): no gain to compute
+        df["gain_vs_smallest_gas"] = float("nan")
+        return df
     base = df[(df["gas"] == df.groupby(KEYS[:-1])["gas"].transform("min")) & (df["status"] == "ok")]
     base = base.set_index(KEYS[:-1])["tokens_per_s"]
     df["gain_vs_smallest_gas"] = [r.tokens_per_s / base.get(tuple(getattr(r, k) for k in KEYS[:-1]), float("nan"))
