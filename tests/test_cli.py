@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import fail_one_line
 
 from accel_kit import cli
 from accel_kit.devices.cpu import CPUAdapter
@@ -13,29 +14,20 @@ TINY = ["-p", "preset", "gpt2-debug", "-p", "seq_len", "16", "-p", "batch_sizes"
         "-p", "trials", "2", "-p", "warmup", "1", "-p", "measure_peak", "false", "-q"]
 
 
-def _fail(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    assert err.startswith("accel-kit: error:") and err.count("\n") == 1 and "Traceback" not in err
-    return err
-
-
 def test_unknown_parameter(capsys):
-    assert "unknown parameter 'batch'" in _fail(["run", "microbenchmark", "-p", "batch", "4"], capsys)
+    assert "unknown parameter 'batch'" in fail_one_line(["run", "microbenchmark", "-p", "batch", "4"], capsys)
 
 
 def test_wrong_type(capsys):
-    assert "parameter 'batch_sizes'" in _fail(["run", "microbenchmark", "-p", "batch_sizes", "four"], capsys)
+    assert "parameter 'batch_sizes'" in fail_one_line(["run", "microbenchmark", "-p", "batch_sizes", "four"], capsys)
 
 
 def test_out_of_range(capsys):
-    assert "parameter 'trials'" in _fail(["run", "microbenchmark", "-p", "trials", "-1"], capsys)
+    assert "parameter 'trials'" in fail_one_line(["run", "microbenchmark", "-p", "trials", "-1"], capsys)
 
 
 def test_unknown_system(capsys):
-    assert "unknown system 'tpu'" in _fail(["run", "microbenchmark", "--system", "tpu"], capsys)
+    assert "unknown system 'tpu'" in fail_one_line(["run", "microbenchmark", "--system", "tpu"], capsys)
 
 
 def test_unavailable_system(capsys):
@@ -43,12 +35,12 @@ def test_unavailable_system(capsys):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    assert "system 'h200'" in _fail(["run", "microbenchmark", "--system", "h200"], capsys)
+    assert "system 'h200'" in fail_one_line(["run", "microbenchmark", "--system", "h200"], capsys)
 
 
 def test_precision_the_device_lacks(capsys, monkeypatch, out_dir):
     monkeypatch.setattr(CPUAdapter, "supported_precisions", lambda self: ("fp32", "bf16"))
-    err = _fail(["run", "microbenchmark", *TINY, "-p", "precisions", "[fp16]"], capsys)
+    err = fail_one_line(["run", "microbenchmark", *TINY, "-p", "precisions", "[fp16]"], capsys)
     assert "precision 'fp16' does not run on adapter 'cpu'" in err
 
 
@@ -87,16 +79,16 @@ JOB = ["jobscript", "scaling", "--system", "a100"]
 ])
 def test_jobscript_bad_values_write_nothing(args, message, capsys, tmp_path):
     out = tmp_path / "job.sh"
-    assert message in _fail([*JOB, *args, "--out", str(out)], capsys)
+    assert message in fail_one_line([*JOB, *args, "--out", str(out)], capsys)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_jobscript_other_bad_arguments(capsys, tmp_path):
     out = ["--nodes", "1", "--out", str(tmp_path / "job.sh")]
-    assert "unknown system 'tpu'" in _fail(["jobscript", "scaling", "--system", "tpu", *out], capsys)
-    assert "unknown study 'scalling'" in _fail(["jobscript", "scalling", "--system", "a100", *out], capsys)
+    assert "unknown system 'tpu'" in fail_one_line(["jobscript", "scaling", "--system", "tpu", *out], capsys)
+    assert "unknown study 'scalling'" in fail_one_line(["jobscript", "scalling", "--system", "a100", *out], capsys)
     # the script runs `-p launcher ...`, which the single-device microbenchmark does not take
-    assert "job scripts are for scaling" in _fail(["jobscript", "microbenchmark", "--system", "a100", *out], capsys)
+    assert "job scripts are for scaling" in fail_one_line(["jobscript", "microbenchmark", "--system", "a100", *out], capsys)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -116,8 +108,8 @@ def test_jobscript_writes_a_runnable_script(capsys, tmp_path):
 
 
 def test_usage_errors_are_one_line(capsys):
-    assert "the following arguments are required: --system" in _fail(["jobscript", "scaling", "--nodes", "1"], capsys)
-    assert "argument --val-fraction: must be in [0, 1)" in _fail(
+    assert "the following arguments are required: --system" in fail_one_line(["jobscript", "scaling", "--nodes", "1"], capsys)
+    assert "argument --val-fraction: must be in [0, 1)" in fail_one_line(
         ["prepare", "text", "--out", "x", "--val-fraction", "2"], capsys)
 
 
@@ -141,7 +133,7 @@ def test_unwritable_output_dir_from_the_environment_stops_before_running(capsys,
 
     monkeypatch.setattr(gas, "run", _never)
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
-    err = _fail(["run", "gas", "--system", "cpu", "--profile", "smoke", "-q"], capsys)
+    err = fail_one_line(["run", "gas", "--system", "cpu", "--profile", "smoke", "-q"], capsys)
     assert f"output folder ($ACCEL_KIT_OUTPUT_DIR={_blocked(tmp_path)})" in err
     assert f"'{tmp_path / 'a-file'}' is a file, not a folder" in err
 
@@ -150,7 +142,7 @@ def test_unwritable_output_dir_option_stops_before_running(capsys, monkeypatch, 
     from accel_kit.studies import microbenchmark
 
     monkeypatch.setattr(microbenchmark, "run", _never)
-    err = _fail(["run", "microbenchmark", *TINY, "--output-dir", str(_blocked(tmp_path))], capsys)
+    err = fail_one_line(["run", "microbenchmark", *TINY, "--output-dir", str(_blocked(tmp_path))], capsys)
     assert f"output folder (--output-dir / output_dir) '{_blocked(tmp_path) / 'microbenchmark'}' cannot be written" in err
 
 
@@ -178,9 +170,9 @@ def test_papermill_unwritable_output_dir_ends_with_the_one_line(tmp_path):
 
 
 def test_jobscript_unwritable_out(capsys, tmp_path):
-    err = _fail([*JOB, "--nodes", "1", "--out", str(_blocked(tmp_path) / "job.sh")], capsys)
+    err = fail_one_line([*JOB, "--nodes", "1", "--out", str(_blocked(tmp_path) / "job.sh")], capsys)
     assert f"the folder of the job script '{_blocked(tmp_path)}' cannot be written" in err
-    assert f"job script '{tmp_path}' is a folder" in _fail([*JOB, "--nodes", "1", "--out", str(tmp_path)], capsys)
+    assert f"job script '{tmp_path}' is a folder" in fail_one_line([*JOB, "--nodes", "1", "--out", str(tmp_path)], capsys)
 
 
 def test_jobscript_launcher_given_as_a_parameter(capsys, tmp_path):
@@ -189,7 +181,7 @@ def test_jobscript_launcher_given_as_a_parameter(capsys, tmp_path):
     assert cli.main([*JOB, "--nodes", "1", "--scheduler", "slurm", "--out", str(out), "-p", "launcher", "srun"]) == 0
     assert "-p launcher srun" in out.read_text()
     out.unlink()
-    assert "parameter 'launcher'" in _fail([*JOB, "--nodes", "1", "--out", str(out), "-p", "launcher", "ssh"], capsys)
+    assert "parameter 'launcher'" in fail_one_line([*JOB, "--nodes", "1", "--out", str(out), "-p", "launcher", "ssh"], capsys)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -197,12 +189,12 @@ def test_report_unwritable_out(capsys, monkeypatch, tmp_path):
     from accel_kit import report
 
     monkeypatch.setattr(report, "collect", _never)
-    err = _fail(["report", str(tmp_path), "--out", str(_blocked(tmp_path) / "r.html")], capsys)
+    err = fail_one_line(["report", str(tmp_path), "--out", str(_blocked(tmp_path) / "r.html")], capsys)
     assert f"the folder of the report page (--out) '{_blocked(tmp_path)}' cannot be written" in err
-    assert "report page (--out)" in _fail(["report", str(tmp_path), "--out", str(tmp_path)], capsys)
+    assert "report page (--out)" in fail_one_line(["report", str(tmp_path), "--out", str(tmp_path)], capsys)
     # without --out or sources, the page goes to the results folder, which is checked as well
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
-    assert f"'{_blocked(tmp_path)}' cannot be written" in _fail(["report"], capsys)
+    assert f"'{_blocked(tmp_path)}' cannot be written" in fail_one_line(["report"], capsys)
 
 
 @pytest.mark.parametrize("argv", [
@@ -212,7 +204,7 @@ def test_report_unwritable_out(capsys, monkeypatch, tmp_path):
 ])
 def test_prepare_unwritable_destination(argv, capsys, tmp_path):
     blocked = _blocked(tmp_path)
-    err = _fail([a.format(blocked=blocked, tmp=tmp_path) for a in argv], capsys)
+    err = fail_one_line([a.format(blocked=blocked, tmp=tmp_path) for a in argv], capsys)
     assert f"'{blocked}' cannot be written: '{tmp_path / 'a-file'}' is a file, not a folder" in err
     if argv[1] != "synthetic-genome":
         assert err.startswith(f"accel-kit: error: --out '{argv[-1].format(blocked=blocked)}': its folder '{blocked}'")
@@ -228,7 +220,7 @@ def test_prepare_unwritable_destination(argv, capsys, tmp_path):
 ])
 def test_bad_flag_values_are_usage_errors(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert message in _fail(argv, capsys)
+    assert message in fail_one_line(argv, capsys)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -237,7 +229,7 @@ def test_predict_probe_link_unwritable_cache_stops_before_the_probe(capsys, monk
 
     monkeypatch.setattr(links, "probe_link", _never)
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(_blocked(tmp_path)))
-    err = _fail(["predict", "--system", "cpu", "--probe-link"], capsys)
+    err = fail_one_line(["predict", "--system", "cpu", "--probe-link"], capsys)
     assert f"the folder of the measured link '{_blocked(tmp_path) / 'what_if'}' cannot be written" in err
 
 
@@ -245,12 +237,12 @@ def test_predict_probe_link_unwritable_cache_stops_before_the_probe(capsys, monk
                                   ["jobscript", "scaling", "--system", "a100", "--nodes", "1", "-p", "steps", "[1"]])
 def test_a_value_that_is_not_yaml_names_its_parameter(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert "parameter 'steps': cannot parse value '[1': ParserError" in _fail(argv, capsys)
+    assert "parameter 'steps': cannot parse value '[1': ParserError" in fail_one_line(argv, capsys)
 
 
 def test_base60_looking_values_stay_strings(capsys):
     # YAML 1.1 reads 2:4 as 124; the 2:4 pattern must arrive as itself and meet the pair check that names both fields.
-    err = _fail(["run", "gas", "--profile", "smoke", "-p", "sparsity_pattern", "2:4", "-p", "sparsity", "0.3"], capsys)
+    err = fail_one_line(["run", "gas", "--profile", "smoke", "-p", "sparsity_pattern", "2:4", "-p", "sparsity", "0.3"], capsys)
     assert "parameters 'sparsity' and 'sparsity_pattern': sparsity_pattern '2:4' keeps 2 of every 4" in err
     assert "(given sparsity=0.3, sparsity_pattern='2:4')" in err
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from cli_checks import fail_one_line
 from tokenizer_files import write_ranks, write_tokenizer_json
 
 from accel_kit import cli
@@ -72,15 +73,6 @@ def test_prepare_text_with_a_tiktoken_file_past_uint16(tmp_path):
     assert _documents(tokens, load_tokenizer(tok_file)) == DOCS
 
 
-def _fail(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main(argv)
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    assert err.startswith("accel-kit: error:") and err.count("\n") == 1 and "Traceback" not in err
-    return err
-
-
 def test_bad_tokenizer_files_are_one_line(tmp_path, capsys, monkeypatch):
     corpus = str(write_jsonl(tmp_path / "c.jsonl", DOCS))
     (tmp_path / "notes.txt").write_text("not a tokenizer\n")
@@ -88,7 +80,7 @@ def test_bad_tokenizer_files_are_one_line(tmp_path, capsys, monkeypatch):
     ranks = write_ranks(tmp_path / "tokenizer.model")
 
     def fail(tokenizer):
-        return _fail(["prepare", "text", corpus, "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer)], capsys)
+        return fail_one_line(["prepare", "text", corpus, "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer)], capsys)
 
     assert "missing.json: no such tokenizer file" in fail(tmp_path / "missing.json")
     assert "neither a Hugging Face tokenizer.json nor a tiktoken BPE file" in fail(tmp_path / "notes.txt")
@@ -109,10 +101,10 @@ def test_data_with_more_tokens_than_the_model_fails_before_work(tmp_path, capsys
     folder = tmp_path / "prepared"
     _prepare(write_jsonl(tmp_path / "c.jsonl", DOCS), folder, write_tokenizer_json(tmp_path / "tokenizer.json"))
     run = ["run", "gas", "--system", "cpu", "--profile", "smoke", "-p", "preset", "genslm-debug", "-q"]
-    err = _fail([*run, "-p", "data", str(folder)], capsys)
+    err = fail_one_line([*run, "-p", "data", str(folder)], capsys)
     assert "has 300 tokens, more than the 71 of model preset 'genslm-debug'" in err and "file:tokenizer.json@" in err
     # The embedded corpus is GPT-2's: known to be too large without preparing it.
-    assert "tokenizer gpt2 has 50,257 tokens, more than the 71" in _fail([*run, "-p", "data", "text"], capsys)
+    assert "tokenizer gpt2 has 50,257 tokens, more than the 71" in fail_one_line([*run, "-p", "data", "text"], capsys)
     assert not (tmp_path / "results" / "data").exists()
 
 
