@@ -144,3 +144,24 @@ def test_gas_and_scaling_smoke_run_ok_with_counted_flops(tmp_path, shape):
         assert m["flops_per_token"] > 0 and m["loader_tokens_per_s"] > 0 and m["step_input_tokens_per_s"] > 0
         assert isinstance(m["input_bound"], bool)
         assert not undeclared(m)
+
+
+def test_findings_name_the_input_bound_points():
+    """The report's findings list a study's input-bound points (and say nothing where none was)."""
+    from types import SimpleNamespace
+
+    from accel_kit.report.findings import input_bound
+
+    def rec(i, bound, wait):
+        return {"record_id": f"r{i}", "status": "ok", "study": "gas", "system": "cpu", "model": f"m{i}",
+                "metrics": {"input_bound": bound, "input_wait_pct": wait, "loader_tokens_per_s": 1000.0,
+                            "step_input_tokens_per_s": 400.0}}
+
+    cited = []
+    ctx = SimpleNamespace(records=SimpleNamespace(records=[rec(1, False, 1.0), rec(2, True, 40.0), rec(3, True, 20.0)]),
+                          cite=SimpleNamespace(refs=lambda ids: cited.append(list(ids)) or ""))
+    [line] = input_bound(ctx)
+    assert "2 point(s) waited on their input" in line and "m2" in line and "40.0 %" in line
+    assert cited == [["r2", "r3"]]
+    ctx.records.records = [rec(1, False, 1.0)]
+    assert input_bound(ctx) == []
