@@ -32,7 +32,7 @@ T, B = ("train",), ("block",)
 
 _DECLARED = [
     # --- the model and the work (known before the run)
-    Metric("family", "text", "the model family that ran (gpt2, llama)", T + B),
+    Metric("family", "text", "the model family that ran (gpt2, llama, hf)", T + B),
     Metric("n_layers", "1", "transformer blocks of the model that ran", T),
     Metric("n_heads", "1", "attention (query) heads per block", T + B),
     Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)", T + B),
@@ -47,6 +47,9 @@ _DECLARED = [
     Metric("global_batch_size", "samples", "samples per optimizer step over all replicas", T),
     Metric("data_parallel_size", "1", "data-parallel replicas", T),
     Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas", T),
+    Metric("flops_source", "text", "where the FLOPs come from: analytic (our family's formulas) or counted "
+                                   "(torch's FLOP counter on fake tensors, the hf family)", T),
+    Metric("architecture", "text", "transformers' model class that ran (the hf family)", T),
     Metric("mem_estimate_gib", "GiB", "the fit check's estimate of one device's memory"),
     # --- timing (accel_kit.timing.Timing.summary)
     Metric("time_median_s", "s", "median of the timed calls"),
@@ -78,6 +81,13 @@ _DECLARED = [
     Metric("mfu_measured_unreliable", "bool", "above 100 % of the measured peak: the peak was unlucky"),
     Metric("peak_remeasured", "bool", "the measured MFU is against a peak re-measured after this point"),
     Metric("mem_peak_gib", "GiB", "peak device memory of the timed window (a CPU: the process's peak RSS)"),
+    # --- the input pipeline (accel_kit.engine.train_measure)
+    Metric("loader_tokens_per_s", "tokens/s", "one process's data loader alone, on the same data, no step between "
+                                              "batches (null: too fast to time)", T),
+    Metric("step_input_tokens_per_s", "tokens/s", "tokens per second one process's step consumed", T),
+    Metric("input_wait_pct", "%", "step_input_tokens_per_s over loader_tokens_per_s: the share of the step the "
+                                  "loader alone takes", T),
+    Metric("input_bound", "bool", "input_wait_pct at or above 10 %: the step waited on its input", T),
     # --- training outcome
     Metric("loss_first", "nats", "loss of the first step (warm-up included)", T),
     Metric("loss_last", "nats", "loss of the last timed step", T),

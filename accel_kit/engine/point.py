@@ -170,6 +170,11 @@ class TrainPoint(Point, TrainSpec):
         return (f"{self.preset} {self.precision}, {self.devices} device{'s' if self.devices > 1 else ''}, "
                 f"micro-batch {self.micro_batch_size}, GAS {self.gas}, sequence {self.seq_len}")
 
+    def preload_modules(self) -> tuple[str, ...]:
+        from accel_kit.models import family_of
+
+        return family_of(self.preset).preload_modules(self.preset)  # an hf: model's transformers modules
+
     def frontier_key(self) -> str | None:
         """The configuration without its length: once it fails for memory, longer lengths are skipped.
 

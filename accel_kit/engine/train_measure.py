@@ -20,6 +20,11 @@ from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
 
 
+# A step that spends a tenth of its time waiting on its batches reports the loader's speed as much as the
+# device's: beyond the few-% spread that marks a measurement noisy (accel_kit.timing), so flagged.
+INPUT_BOUND_SHARE = 0.1
+
+
 def share(total: int, devices: int) -> int | float:
     """``total`` per device: an integer where it divides evenly (FLOPs and tokens stay exact)."""
     return total // devices if total % devices == 0 else total / devices
@@ -42,7 +47,8 @@ class TrainMeasurement(KindMeasurement):
         self.cfg = cfg = get_config(point.preset, **self.overrides)
         self.shape = self.family.shape(cfg)
         self.n_params = count_params(point.preset, **self.overrides)
-        self.flop_terms = self.family.flop_terms(cfg, point.seq_len)
+        # Our families' formulas, or (hf:) one forward and backward of the micro-batch counted on fake tensors.
+        self.flop_terms = self.family.flop_terms(cfg, point.seq_len, micro_batch=point.micro_batch_size)
         self.flops_per_token = self.flop_terms.total()
         # One timed call (trainer.step()) runs ``steps_per_call`` optimizer steps of the global batch
         # (micro-batch x gas x replicas), shared by the point's devices: with torch's data parallelism
@@ -57,7 +63,8 @@ class TrainMeasurement(KindMeasurement):
         self.base = self.shape.record() | {"n_params": self.n_params,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
                      "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
-                     "tokens_per_step": point.global_batch_size * point.seq_len}
+                     "tokens_per_step": point.global_batch_size * point.seq_len,
+                     "flops_source": self.family.flops_source(cfg, point.seq_len, micro_batch=point.micro_batch_size)}
         self.out["model"] = point.preset
         self.base["tokenizer"] = tokenizer_of(point.data_path)  # None: synthetic tokens
         self.device_bytes = ctx.adapter.total_memory_bytes()
@@ -132,10 +139,43 @@ class TrainMeasurement(KindMeasurement):
 
     def after_window(self, timing: Timing) -> None:
         self.sparse_metrics = self.sparse.metrics()  # measured after the last step: the masks held
+        self.loader_s = self._time_loader()
         if self.point.dense_finetune_steps:  # "sparse pre-train, dense fine-tune": every weight trains again
             self.sparse.release()
             self.trainer.after_step = None
             self.finetune_losses = [self.trainer.step() for _ in range(self.point.dense_finetune_steps)]
+
+    # --- the input pipeline, on its own
+
+    def _loader_batches(self) -> int:
+        """Micro-batches one process's loader delivered in the timed window: its share of each call's samples."""
+        p = self.point
+        return -(-self.samples_per_call // (p.ranks * p.micro_batch_size)) * p.steps
+
+    def _time_loader(self) -> float:
+        """Seconds a fresh loader on the same data (same seed and rank: the batches the window began with)
+        takes to deliver the window's micro-batches with no step between them: once, so it costs no more
+        than fetching them did in the window."""
+        import time
+
+        batches = iter(point_batches(self.point, self.shape.vocab_size, self.ctx.rank))
+        start = time.perf_counter()
+        for _ in range(self._loader_batches()):
+            next(batches)
+        return time.perf_counter() - start
+
+    def input_metrics(self, step_s: float) -> dict:
+        """The loader's rate alone against what the step consumed, per process; ``input_bound`` when the
+        loader alone needs ``INPUT_BOUND_SHARE`` of the step's time or more (the step fetches its batches
+        in line, so it waits that long on them)."""
+        p = self.point
+        loader_tokens = self._loader_batches() * p.micro_batch_size * p.seq_len
+        consumed = self.tokens_per_call / p.ranks / step_s  # tokens per second one process's step took in
+        loader = loader_tokens / self.loader_s if self.loader_s > 0 else float("inf")
+        wait_pct = 100 * consumed / loader
+        return {"loader_tokens_per_s": loader if loader != float("inf") else None,
+                "step_input_tokens_per_s": consumed, "input_wait_pct": wait_pct,
+                "input_bound": wait_pct >= 100 * INPUT_BOUND_SHARE}
 
     # --- finish
 
@@ -157,6 +197,7 @@ class TrainMeasurement(KindMeasurement):
             "loss_last": self.losses[-1],
             "losses": self.losses,
         }
+        metrics |= self.input_metrics(step_s)
         metrics |= record_metrics(self.sparse_metrics, self.flop_terms, self.flops_per_call_per_device,
                                   self.tokens_per_call_per_device, step_s, self.finetune_losses)
         extra = getattr(self.trainer, "extra_metrics", None)  # a runtime's own figures (e.g. cstorch's rate tracker)

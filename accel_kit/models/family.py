@@ -80,12 +80,16 @@ class ModelShape:
     ffn_hidden_size: int
     vocab_size_model: int
     vocab_size: int
+    architecture: str | None = None  # transformers' class that ran (the hf family); None: our family's own model
 
     def record(self) -> dict[str, Any]:
         """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
-        the tokenizer's vocabulary is a point parameter already, so it is left out."""
+        the tokenizer's vocabulary is a point parameter already, so it is left out, and so is an
+        architecture our family's name already says."""
         fields = asdict(self)
         del fields["vocab_size"]
+        if fields["architecture"] is None:
+            del fields["architecture"]
         return fields
 
     @property
@@ -99,12 +103,14 @@ class FlopTerms:
 
     ``matmul``: the weight matrices of the blocks counted; ``attention``: their score and
     weighted-sum products over the full sequence; ``logits``: the output projection onto the
-    vocabulary (0 for a single block).
+    vocabulary (0 for a single block). ``backward``: the backward's FLOPs per token where they were
+    counted (a transformers model's, ``accel_kit.models.hf``); None: the convention's twice the forward.
     """
 
     matmul: int
     attention: int
     logits: int = 0
+    backward: int | None = None
 
     @property
     def forward(self) -> int:
@@ -112,6 +118,9 @@ class FlopTerms:
 
     def total(self, direction: str = "forward_backward", *, include_lm_head: bool = True) -> int:
         """FLOPs per token in ``direction``; ``include_lm_head=False`` leaves the logits out (PaLM's 6N)."""
+        if self.backward is not None and direction == "forward_backward":
+            # the counted backward; the logits' share of it is their two products, as every product's
+            return self.forward + self.backward - (0 if include_lm_head else self.logits * direction_factor(direction))
         return (self.forward - (0 if include_lm_head else self.logits)) * direction_factor(direction)
 
     def sparse(self, nonzero_block_weights: int, direction: str = "forward_backward") -> int:
@@ -175,12 +184,23 @@ class Family(ABC):
     def layer_flop_terms(self, cfg: Any, seq_len: int) -> FlopTerms:
         """Forward FLOPs per token of one layer at ``seq_len`` (no logits)."""
 
-    def flop_terms(self, cfg: Any, seq_len: int) -> FlopTerms:
-        """Forward FLOPs per token of the whole model: its layers and the output projection (2 h V)."""
+    def flop_terms(self, cfg: Any, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
+        """Forward FLOPs per token of the whole model: its layers and the output projection (2 h V).
+
+        ``micro_batch``: the batch a family that counts its FLOPs counts at (``accel_kit.models.hf``);
+        a formula's per-token figure does not depend on it."""
         shape = self.shape(cfg)
         layer = self.layer_flop_terms(cfg, seq_len)
         return FlopTerms(shape.n_layers * layer.matmul, shape.n_layers * layer.attention,
                          2 * shape.hidden_size * shape.vocab_size_model)
+
+    def flops_source(self, cfg: Any, seq_len: int, *, micro_batch: int = 1) -> str:
+        """Where ``flop_terms`` come from, for the record: ``analytic`` (our families' formulas) or ``counted``."""
+        return "analytic"
+
+    def preload_modules(self, preset: str) -> tuple[str, ...]:
+        """Modules a training point of ``preset`` imports beyond every point's (``Point.preload_modules``)."""
+        return ()
 
     @abstractmethod
     def gemm_shapes(self, cfg: Any, tokens: int) -> tuple[tuple[int, int, int], ...]:

@@ -1,7 +1,8 @@
 """The model families, one line each, and the lookups every caller uses: a preset's family and config.
 
 Adding a family: its folder under ``accel_kit/models/`` (see ``docs/model-families.md``) and one
-line in ``FAMILIES``. Preset names are unique across families.
+line in ``FAMILIES``. Preset names are unique across families. A family whose presets are files
+(``hf:PATH``, any transformers causal LM) is in ``FILE_FAMILIES``, by the prefix that names it.
 """
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from torch import nn
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import Family
 from accel_kit.models.gpt2 import FAMILY as GPT2
+from accel_kit.models.hf import FAMILY as HF
 from accel_kit.models.llama import FAMILY as LLAMA
 
 FAMILIES: dict[str, Family] = {
     "gpt2": GPT2,
     "llama": LLAMA,
 }
+# prefix -> family: "hf:path/to/config.json" (no named presets; transformers imported only when one is used)
+FILE_FAMILIES: dict[str, Family] = {HF.prefix: HF}
 
 
 def _presets() -> dict[str, tuple[Family, Any]]:
@@ -38,11 +42,20 @@ PRESETS: dict[str, Any] = {name: cfg for name, (_, cfg) in _TABLE.items()}  # ev
 def family_of(preset_or_config: Any) -> Family:
     """The family of a preset name, or of a config (by its type)."""
     if isinstance(preset_or_config, str):
-        return _entry(preset_or_config)[0]
-    for family in FAMILIES.values():
+        # a file preset's family by its prefix alone: its file is read where its config is asked for
+        return _file_family(preset_or_config) or _entry(preset_or_config)[0]
+    for family in _all_families():
         if isinstance(preset_or_config, family.config_type):
             return family
     raise TypeError(f"{type(preset_or_config).__name__} is the config of no registered model family")
+
+
+def _all_families() -> list[Family]:
+    return list(FAMILIES.values()) + list(FILE_FAMILIES.values())
+
+
+def _file_family(preset: str) -> Family | None:
+    return next((f for prefix, f in FILE_FAMILIES.items() if preset.startswith(prefix)), None)
 
 
 def family_of_model(model: nn.Module) -> Family:
@@ -50,16 +63,30 @@ def family_of_model(model: nn.Module) -> Family:
     holds a registered family's config as ``cfg``."""
     for module in model.modules():
         cfg = getattr(module, "cfg", None)
-        if cfg is not None and any(isinstance(cfg, f.config_type) for f in FAMILIES.values()):
+        if cfg is not None and any(isinstance(cfg, f.config_type) for f in _all_families()):
             return family_of(cfg)
     raise TypeError(f"{type(model).__name__} holds no model of a registered family (no .cfg of one)")
 
 
 def _entry(preset: str) -> tuple[Family, Any]:
+    """The family and base config of a preset name, or of a file preset (its file read and checked)."""
+    family = _file_family(preset)
+    if family is not None:
+        return family, family.load(preset)
     try:
         return _TABLE[preset]
     except KeyError:
-        raise ParameterError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}") from None
+        raise ParameterError(f"unknown model preset {preset!r}; known: {', '.join(PRESETS)}, "
+                             f"or {', '.join(p + 'PATH' for p in FILE_FAMILIES)} (a config.json)") from None
+
+
+def check_preset(preset: str, where: str = "preset") -> None:
+    """A one-line ParameterError naming parameter ``where`` when ``preset`` is no preset (a file preset's
+    file is read and its shape checked)."""
+    try:
+        _entry(preset)
+    except ParameterError as exc:
+        raise ParameterError(f"parameter {where!r}: {exc}") from None
 
 
 def get_config(preset: str, **overrides: Any) -> Any:

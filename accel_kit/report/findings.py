@@ -204,6 +204,25 @@ def energy(ctx: Context) -> list[str]:
     return out
 
 
+def input_bound(ctx: Context) -> list[str]:
+    """Per study and system: the points whose step waited on its input (``input_bound``), named, with the
+    loader's rate alone against what the step consumed; nothing when no point did."""
+    out = []
+    hits: dict[tuple[str, str], list[dict]] = {}
+    for r in ctx.records.records:
+        if r["status"] == "ok" and (r.get("metrics") or {}).get("input_bound"):
+            hits.setdefault((r["study"], r["system"]), []).append(r)
+    for (study, system), recs in sorted(hits.items()):
+        worst = max(recs, key=lambda r: r["metrics"]["input_wait_pct"])
+        m = worst["metrics"]
+        loader = m.get("loader_tokens_per_s")
+        out.append(f"<b>{esc(system)}</b>, {esc(study)}: {len(recs)} point(s) waited on their input; the worst, "
+                   f"{esc(worst.get('model'))}, spent {R.fmt_pct(m['input_wait_pct'])} of its step on the loader "
+                   f"({R.fmt_num(loader) if loader is not None else 'too fast to time'} tokens/s alone against "
+                   f"the step's {R.fmt_num(m['step_input_tokens_per_s'])})" + ctx.cite.refs([r["record_id"] for r in recs]))
+    return out
+
+
 FINDINGS: list[tuple[str, Callable[[Context], list[str]]]] = [
     ("Fastest system per study and precision", fastest),
     ("Scaling efficiency at the largest device count", scaling_efficiency),
@@ -211,6 +230,7 @@ FINDINGS: list[tuple[str, Callable[[Context], list[str]]]] = [
     ("Sparse against dense throughput", sparse_dense),
     ("Gradient accumulation", gas_gain),
     ("Energy", energy),
+    ("Input-bound points", input_bound),
 ]
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from accel_kit.devices import PrecisionChoice
 from accel_kit.errors import ParameterError
-from accel_kit.models import PRESETS
+from accel_kit.models import check_preset
 from accel_kit.params import StudyParams
 from accel_kit.precision import PrecisionRequest
 from accel_kit.systems import System
@@ -56,9 +56,8 @@ class TrainingParams(StudyParams, TrainSpec):
     def check(self, system: System) -> None:
         for where, preset in [("preset", self.preset)] + [(f"also[{i}].preset", o.preset) for i, o in
                                                             enumerate(getattr(self, "also", []))]:
-            if preset is not None and preset not in PRESETS:
-                raise ParameterError(f"parameter {where!r}: unknown model preset {preset!r}; "
-                                     f"known: {', '.join(PRESETS)}")
+            if preset is not None:
+                check_preset(preset, where)  # a name, or hf:PATH (its file read and its shape checked)
 
 
 class AxesParams(TrainingParams):

@@ -28,8 +28,7 @@ import pandas as pd
 from pydantic import Field
 
 from accel_kit import energy, results
-from accel_kit.errors import ParameterError
-from accel_kit.models import PRESETS
+from accel_kit.models import check_preset
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
@@ -64,9 +63,7 @@ class Params(TrainingParams):
     def check(self, system: System) -> None:
         super().check(system)
         for preset in self.presets:
-            if preset not in PRESETS:
-                raise ParameterError(f"parameter 'presets': unknown model preset {preset!r}; "
-                                     f"known: {', '.join(PRESETS)}")
+            check_preset(preset, "presets")
 
 
 def configurations(params: Params) -> list[tuple[str, float]]:

@@ -1,0 +1,98 @@
+"""FLOPs of a transformers causal LM counted, not derived: one forward and backward under torch's
+``FlopCounterMode`` on fake tensors (shapes only: nothing is allocated, on the device or the host).
+
+The counter applies the convention of ``accel_kit.flops`` op by op: 2 FLOPs per multiply-add of
+every matrix product, the attention products over the full score matrix, elementwise work not
+counted. Two gaps are closed here:
+
+- On the CPU (where the fake tensors dispatch), fused SDPA runs as
+  ``aten._scaled_dot_product_flash_attention_for_cpu``, for which torch registers no formula: the
+  count would miss the attention term (12 L H Q T per token). ``SDPA_FORMULAS`` gives that op and
+  its backward the products they compute: forward Q K^T and P V, 2 x 2 b h s_q s_k d FLOPs, over
+  every *query* head (grouped-query attention shares keys, not products); backward dV, dP, dQ and
+  dK, twice that. The full score matrix is counted even under a causal mask, as the convention does.
+- An architecture whose attention is some other kernel the counter cannot see would still come out
+  short: when a model with attention heads counted no attention product at all, the config's
+  analytic term (4 s n_heads head_dim per layer and token, ``accel_kit.flops``) is added and the
+  record says so (``flops_source``).
+
+The terms split by op: batched products (``bmm``, ``baddbmm``) and SDPA are attention; the other
+products (``mm``, ``addmm``: the linears) are the matmul term, less the output embedding's, which is
+the logits term.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from accel_kit.models.family import FlopTerms
+
+ATTENTION_OPS = ("bmm", "baddbmm", "_scaled_dot_product")
+
+
+def _sdpa_forward_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    b, h, s_q, d = query_shape
+    s_k, d_v = key_shape[-2], value_shape[-1]
+    # scores Q K^T: s_q s_k d multiply-adds per head; weighted sum P V: s_q s_k d_v
+    return 2 * b * h * s_q * s_k * (d + d_v)
+
+
+def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    # dV = P^T dO and dP = dO V^T (s_q s_k d_v each), dQ = dS K and dK = dS^T Q (s_q s_k d each)
+    return 2 * _sdpa_forward_flops(query_shape, key_shape, value_shape)
+
+
+def _formulas() -> dict[Any, Any]:
+    aten = torch.ops.aten
+    out = {}
+    for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _sdpa_forward_flops),
+                          ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward_flops)):
+        op = getattr(aten, name, None)
+        if op is not None:
+            out[op] = formula
+    return out
+
+
+def _split(counts: dict[Any, int], logits_flops: int) -> tuple[int, int, int]:
+    """(matmul, attention, logits) of one pass's per-op counts."""
+    attention = sum(v for op, v in counts.items() if any(a in str(op) for a in ATTENTION_OPS))
+    total = sum(counts.values())
+    return total - attention - logits_flops, attention, logits_flops
+
+
+def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_layers: int, n_heads: int,
+                     head_dim: int) -> tuple[FlopTerms, str]:
+    """Forward (and counted backward) FLOPs per token of one training micro-batch of the model that
+    ``model_factory()`` builds (an ``HFCausalLM``), and where the attention term comes from.
+
+    Returns:
+        (terms, source): source is ``counted``, or ``counted; attention analytic`` where the counter
+        saw no attention product (the analytic term added).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tokens = micro_batch * seq_len
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        wrapper = model_factory()
+        head = wrapper.model.get_output_embeddings()
+        idx = torch.zeros(micro_batch, seq_len, dtype=torch.long)
+        forward = FlopCounterMode(display=False, custom_mapping=_formulas())
+        with forward:
+            _, loss = wrapper(idx, idx)
+        backward = FlopCounterMode(display=False, custom_mapping=_formulas())
+        with backward:
+            loss.backward()
+    counts = forward.get_flop_counts()
+    # the output projection's product as counted under its module (keys are qualified from the root's class)
+    head_name = next((n for n, m in wrapper.named_modules() if m is head), None)
+    logits = sum(counts.get(f"{type(wrapper).__name__}.{head_name}", {}).values()) if head_name else 0
+    matmul, attention, logits = _split(counts["Global"], logits)
+    back_matmul, back_attention, _ = _split(backward.get_flop_counts()["Global"], 0)
+    source = "counted"
+    if attention == 0 and n_heads > 0:
+        analytic = 4 * seq_len * n_heads * head_dim * n_layers * tokens  # accel_kit.flops: scores and sum, full
+        attention, back_attention, source = analytic, 2 * analytic, "counted; attention analytic"
+    return FlopTerms(matmul=matmul // tokens, attention=attention // tokens, logits=logits // tokens,
+                     backward=(back_matmul + back_attention) // tokens), source

@@ -1,0 +1,143 @@
+"""``TransformersCausalLM``: any transformers causal LM, from a ``config.json``, as a model family.
+
+What our own families derive from their shape (FLOPs, GEMMs, prunable layers) this one reads off
+transformers' model: FLOPs counted under torch's counter on fake tensors (``hf.count``), the
+products and linears found in its first decoder layer on the meta device. What it cannot know
+before allocation it says so: the activations a layer keeps (the fit check counts weights,
+gradients, optimizer state and logits; a point that then runs out of memory is an ``oom`` record).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from accel_kit.errors import ParameterError
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
+from accel_kit.models.hf.config import PREFIX, HFConfig, config_file, load, transformers_config
+from accel_kit.models.hf.model import HFCausalLM, decoder_layers, layer_matmuls
+
+
+@lru_cache(maxsize=32)
+def _counted(cfg: HFConfig, seq_len: int, micro_batch: int) -> tuple[FlopTerms, str]:
+    from accel_kit.models.hf.count import count_flop_terms
+
+    # the model of the point's vocabulary and padding (cfg), at the point's sequence and micro-batch
+    return count_flop_terms(lambda: HFCausalLM(cfg), micro_batch=micro_batch, seq_len=seq_len,
+                            n_layers=cfg.n_layers, n_heads=cfg.n_heads, head_dim=cfg.head_dim)
+
+
+@lru_cache(maxsize=32)
+def _first_layer_matmuls(cfg: HFConfig) -> tuple[tuple[str, int, int], ...]:
+    with torch.device("meta"):
+        model = HFCausalLM(cfg)
+    _, layers = decoder_layers(model, cfg.n_layers)
+    return tuple(layer_matmuls(layers[0]))
+
+
+class TransformersCausalLM(Family):
+    """Any ``AutoModelForCausalLM`` architecture transformers knows, built from a config file with random weights."""
+
+    name: ClassVar[str] = "hf"
+    config_type: ClassVar[type] = HFConfig
+    presets: ClassVar[dict[str, HFConfig]] = {}  # its presets are files: hf:PATH
+    sources: ClassVar[dict[str, str]] = {}
+    prefix: ClassVar[str] = PREFIX
+    # The file's shape is the user's; a point sets its sequence (within the config's positions), another
+    # tokenizer's vocabulary, the embedding's padding.
+    overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple")
+    hf_model_class: ClassVar[str] = "AutoModelForCausalLM"
+
+    def load(self, preset: str) -> HFConfig:
+        """The config of preset ``hf:PATH`` (a one-line ParameterError for a file that cannot run)."""
+        cfg = load(preset[len(PREFIX):])
+        try:
+            _first_layer_matmuls(cfg)  # built once on the meta device: a shape transformers cannot build fails here
+        except ParameterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - transformers' own check of the shape, in its words
+            raise ParameterError(f"model preset {preset}: transformers cannot build this shape: "
+                                 f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+        return cfg
+
+    def preload_modules(self, preset: str) -> tuple[str, ...]:
+        """transformers' modules its points import (seconds): the auto classes and the architecture's modeling."""
+        try:
+            model_type = json.loads(config_file(preset[len(PREFIX):]).read_text())["model_type"]
+        except (ParameterError, OSError, ValueError, KeyError):
+            return ()
+        return ("transformers.models.auto.modeling_auto", f"transformers.models.{model_type}.modeling_{model_type}")
+
+    # --- building
+
+    def build(self, cfg: HFConfig, *, activation_checkpointing: bool = False) -> HFCausalLM:
+        return HFCausalLM(cfg, activation_checkpointing=activation_checkpointing)
+
+    def build_layer(self, cfg: HFConfig, impl: str = "native") -> nn.Module:
+        raise ParameterError(f"model preset {cfg.label}: the hf family runs the training studies; the "
+                             f"microbenchmark times our families' layers (gpt2, llama)")
+
+    # --- shape and work
+
+    def shape(self, cfg: HFConfig) -> ModelShape:
+        return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
+                          n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,
+                          vocab_size_model=cfg.padded_vocab_size, vocab_size=cfg.vocab_size,
+                          architecture=cfg.architecture)
+
+    def flop_terms(self, cfg: HFConfig, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
+        """Counted: one forward and backward of a ``micro_batch`` x ``seq_len`` batch on fake tensors."""
+        return _counted(cfg, seq_len, micro_batch)[0]
+
+    def flops_source(self, cfg: HFConfig, seq_len: int, *, micro_batch: int = 1) -> str:
+        return _counted(cfg, seq_len, micro_batch)[1]
+
+    def layer_flop_terms(self, cfg: HFConfig, seq_len: int) -> FlopTerms:
+        """One layer's share of the counted model (its layers are alike: a decoder stack repeats one layer)."""
+        terms = self.flop_terms(cfg, seq_len)
+        return FlopTerms(matmul=terms.matmul // cfg.n_layers, attention=terms.attention // cfg.n_layers)
+
+    def gemm_shapes(self, cfg: HFConfig, tokens: int) -> tuple[tuple[int, int, int], ...]:
+        """(M, K, N) of the first decoder layer's linears, in the order the layer holds them."""
+        return tuple((tokens, k, n) for _, k, n in _first_layer_matmuls(cfg))
+
+    # --- memory
+
+    def activation_bytes_per_layer(self, cfg: HFConfig, micro_batch: int, seq_len: int, *,
+                                   flash_attention: bool) -> int:
+        """Not known before allocation for an arbitrary architecture: 0, so the fit check counts what is
+        known (weights, gradients, optimizer state, logits); a point that then runs out is an ``oom`` record."""
+        return 0
+
+    def layer_weight_count(self, cfg: HFConfig) -> int:
+        return sum(k * n for _, k, n in _first_layer_matmuls(cfg))
+
+    # --- structure
+
+    def prunable_linears(self, model: nn.Module) -> list[tuple[str, nn.Linear]]:
+        """Every decoder layer's ``nn.Linear``s (embeddings, norms and the output projection stay dense, as
+        in our families; GPT-2's ``Conv1D`` layers are not ``nn.Linear`` and stay dense too)."""
+        cfg = next(m.cfg for m in model.modules() if isinstance(m, HFCausalLM))
+        prefix, _ = decoder_layers(model, cfg.n_layers)
+        return [(name, m) for name, m in model.named_modules()
+                if isinstance(m, nn.Linear) and name.startswith(prefix + ".")]
+
+    def pipeline_stages(self, model: nn.Module) -> PipelineStages:
+        raise NotImplementedError("the hf family's models are not split into pipeline stages (their attribute "
+                                  "names differ by architecture)")
+
+    # --- transformers
+
+    def to_hf(self, model: HFCausalLM) -> nn.Module:
+        return copy.deepcopy(model.model)
+
+    def from_hf(self, hf_model: nn.Module) -> nn.Module:
+        raise NotImplementedError("an hf model is transformers' own already; HFCausalLM(cfg, model=...) wraps one")
+
+    def hf_config(self, cfg: HFConfig) -> Any:
+        return transformers_config(cfg)
+
