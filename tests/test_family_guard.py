@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
 from pathlib import Path
 
 from accel_kit.devices.base import BaseAdapter
 from accel_kit.engine.point import POINT_CLASSES
 from accel_kit.models.family import AttentionShape, ModelShape
-from accel_kit.models.registry import FAMILIES
+from accel_kit.models.registry import FAMILIES, FILE_FAMILIES
 
 PACKAGE = Path(__file__).resolve().parent.parent / "accel_kit"
-FAMILY_DIRS = tuple(PACKAGE / "models" / name for name in FAMILIES)
+# Each family's folder (its module's package): named-preset families and the file-preset ones (hf:PATH)
+FAMILY_DIRS = tuple(Path(sys.modules[type(f).__module__].__file__).parent
+                    for f in [*FAMILIES.values(), *FILE_FAMILIES.values()])
 # What usually names a model config in this code base.
 CONFIG_NAMES = {"cfg", "config", "model_cfg", "gpt_cfg", "llama_cfg"}
 
@@ -34,6 +37,8 @@ def _config_fields() -> tuple[set[str], set[str]]:
     neutral |= set().union(*(set(cls.model_fields) for cls in POINT_CLASSES.values()))
     # a device's say on a config option (the adapter's narrow_linear_fast_path, passed as an override)
     neutral |= set(dir(BaseAdapter))
+    # (the file-preset families' configs are not in the union: theirs describe a file, path and model_type,
+    # names too common to ban; their shape fields are the named families' own)
     return config - neutral, config & neutral
 
 

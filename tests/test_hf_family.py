@@ -165,3 +165,21 @@ def test_findings_name_the_input_bound_points():
     assert cited == [["r2", "r3"]]
     ctx.records.records = [rec(1, False, 1.0)]
     assert input_bound(ctx) == []
+
+
+def test_an_edited_config_file_is_a_new_point(tmp_path):
+    """A point's resume key holds the config file's contents, not only its path: the file edited, the
+    point runs again; a named preset's key is as it was (no digest)."""
+    from transformers import Qwen2Config
+
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.models import preset_digest
+
+    preset = _write(tmp_path, "qwen2", Qwen2Config(**TINY))
+    point = TrainPoint(system="cpu", preset=preset, vocab_size=256, precision="fp32", micro_batch_size=1, gas=1,
+                       seq_len=32, devices=1, steps=2, warmup_steps=1)
+    before = point.key()
+    assert point.key() == before  # the same file: the same point
+    _write(tmp_path, "qwen2", Qwen2Config(**(TINY | {"num_hidden_layers": 3})))
+    assert point.key() != before
+    assert preset_digest("gpt2-debug") is None

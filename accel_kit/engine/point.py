@@ -108,8 +108,16 @@ class Point(BaseModel):
         return self.kind
 
     def key(self) -> str:
-        """Identity for resume: a hash of every field that determines the measurement."""
-        return _hash(self.model_dump(exclude=NOT_IN_KEY))
+        """Identity for resume: a hash of every field that determines the measurement (and, for a model
+        preset that is a file, ``hf:PATH``, of the file's contents: an edited config.json runs again)."""
+        fields = self.model_dump(exclude=NOT_IN_KEY)
+        if isinstance(fields.get("preset"), str):
+            from accel_kit.models import preset_digest
+
+            digest = preset_digest(fields["preset"])
+            if digest:  # (a named preset has none, so its key is what it always was)
+                fields["preset_digest"] = digest
+        return _hash(fields)
 
     def frontier_key(self) -> str | None:
         """Points sharing this key skip longer sequences once one fails for memory; None: no frontier."""

@@ -202,6 +202,10 @@ class Family(ABC):
         """Modules a training point of ``preset`` imports beyond every point's (``Point.preload_modules``)."""
         return ()
 
+    def digest(self, preset: str) -> str | None:
+        """For a family whose presets are files: a digest of ``preset``'s file (part of a point's resume key)."""
+        return None
+
     @abstractmethod
     def gemm_shapes(self, cfg: Any, tokens: int) -> tuple[tuple[int, int, int], ...]:
         """The (M, K, N) products of one layer's linears on ``tokens`` rows, in forward order: the

@@ -80,6 +80,13 @@ def _entry(preset: str) -> tuple[Family, Any]:
                              f"or {', '.join(p + 'PATH' for p in FILE_FAMILIES)} (a config.json)") from None
 
 
+def preset_digest(preset: str) -> str | None:
+    """A digest of the file a file preset (``hf:PATH``) names, None for a named preset: what a resume key
+    holds besides the preset's name, so that a changed file is a new point."""
+    family = _file_family(preset)
+    return family.digest(preset) if family is not None else None
+
+
 def check_preset(preset: str, where: str = "preset") -> None:
     """A one-line ParameterError naming parameter ``where`` when ``preset`` is no preset (a file preset's
     file is read and its shape checked)."""

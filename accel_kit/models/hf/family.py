@@ -9,6 +9,7 @@ gradients, optimizer state and logits; a point that then runs out of memory is a
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -63,6 +64,13 @@ class TransformersCausalLM(Family):
             raise ParameterError(f"model preset {preset}: transformers cannot build this shape: "
                                  f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
         return cfg
+
+    def digest(self, preset: str) -> str | None:
+        """The config file's contents, hashed (None where there is no readable file: the point fails on its own)."""
+        try:
+            return hashlib.sha256(config_file(preset[len(PREFIX):]).read_bytes()).hexdigest()[:16]
+        except (ParameterError, OSError):
+            return None
 
     def preload_modules(self, preset: str) -> tuple[str, ...]:
         """transformers' modules its points import (seconds): the auto classes and the architecture's modeling."""
