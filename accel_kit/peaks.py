@@ -126,8 +126,8 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         "Intel Data Center GPU Max Series product brief, Max 1550: 52.4 TFLOPS FP32 vector, 419.4 TF32 and 838.9 BF16/FP16 "
         "XMX per GPU of 2 stacks at 1.6 GHz",
         note="each of the 2 stacks is one torch device under Level Zero's flat hierarchy (Aurora's default), so the "
-             "GPU's figures are halved; no sparse figure is published. torchtitan uses a lower clock (1.3 GHz), so "
-             "its MFU reads higher than ours",
+             "GPU's figures are halved; no sparse figure is published. The figure is at the 1.6 GHz peak clock: "
+             "a tool that counts a lower sustained clock (1.3 GHz) reads a higher MFU from the same run",
     ),
 )
 
