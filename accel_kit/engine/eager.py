@@ -70,8 +70,8 @@ class EagerModel:
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer)."""
         model = model.to(device)
-        if point.engine == "deepspeed":
-            return model  # DeepSpeed takes the fp32 model and applies its own bf16/fp16 mode
+        if point.engine in ("deepspeed", "fsdp"):
+            return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
         return step_module.cast_for_precision(model, point.precision)
 
     def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
@@ -100,6 +100,13 @@ class EagerModel:
         if point.engine == "deepspeed":
             return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter,
                                           graph_break=graph_break)
+        if point.engine == "fsdp" or point.tp * point.pp > 1:
+            from accel_kit.engine.parallel import parallel_trainer
+            from accel_kit.models import family_of
+
+            return parallel_trainer(point, model, batches, device, optim, family_of(point.preset),
+                                    after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
+                                    graph_break=graph_break)
         if world > 1:
             model = self.adapter.wrap_ddp(model, device)
         if point.torch_compile:

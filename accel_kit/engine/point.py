@@ -35,8 +35,14 @@ class TrainSpec(BaseModel):
     micro_batch_size: PositiveInt | None = None  # None: the system's (the paper's per-device batch)
     gas: PositiveInt = 1
     seq_len: PositiveInt | None = None  # None: the system's
-    devices: PositiveInt = 1  # data-parallel ranks in all (one per device)
-    engine: Literal["ddp", "deepspeed"] = "ddp"
+    devices: PositiveInt = 1  # ranks in all (one per device): data x tensor x pipeline parallel
+    # ddp: torch's DDP (or, with tp or pp above 1, the gradients all-reduced over the data-parallel group);
+    # fsdp: FSDP2's fully_shard per block then the root; deepspeed: DeepSpeed ZeRO-1 (accel_kit.engine.parallel).
+    engine: Literal["ddp", "fsdp", "deepspeed"] = "ddp"
+    tp: PositiveInt = 1  # tensor-parallel degree: each block's heads and MLP width split over tp ranks
+    pp: PositiveInt = 1  # pipeline-parallel degree: the blocks split into pp stages, one per rank
+    pp_microbatches: PositiveInt | None = None  # chunks each micro-batch splits into in the pipeline; None: pp
+    pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     steps: PositiveInt = 5  # timed optimizer steps
     warmup_steps: int = Field(default=2, ge=0)  # optimizer steps run first, timed apart
     data: str = "synthetic"  # synthetic | text (the embedded corpus) | a prepared data folder
@@ -64,6 +70,16 @@ class TrainSpec(BaseModel):
             raise ValueError(f"sparsity_pattern '2:4' keeps 2 of every 4 weights, so sparsity must be 0.5 "
                              f"(got {self.sparsity})")
         return self
+
+
+# Fields added after records existed, left out of the key at these defaults so that every earlier
+# record's key is what it was (a point at the defaults is the point those records measured).
+KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe"}
+
+
+def key_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` without those of ``KEY_DEFAULTS`` that hold their default."""
+    return {k: v for k, v in fields.items() if k not in KEY_DEFAULTS or v != KEY_DEFAULTS[k]}
 
 
 # Resolved per run, not part of what a point *is*: moving outputs/ (data_path), a new peak
@@ -110,7 +126,7 @@ class Point(BaseModel):
     def key(self) -> str:
         """Identity for resume: a hash of every field that determines the measurement (and, for a model
         preset that is a file, ``hf:PATH``, of the file's contents: an edited config.json runs again)."""
-        fields = self.model_dump(exclude=NOT_IN_KEY)
+        fields = key_fields(self.model_dump(exclude=NOT_IN_KEY))
         if isinstance(fields.get("preset"), str):
             from accel_kit.models import preset_digest
 
@@ -166,7 +182,13 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def data_parallel_size(self) -> int:
-        return self.replicas or self.devices
+        """Replicas of the model: the devices (or the adapter's replicas) over the tensor x pipeline layout."""
+        return (self.replicas or self.devices) // (self.tp * self.pp)
+
+    @property
+    def microbatches(self) -> int:
+        """Chunks of a micro-batch in flight in the pipeline (1: no pipeline)."""
+        return (self.pp_microbatches or self.pp) if self.pp > 1 else 1
 
     @property
     def global_batch_size(self) -> int:
@@ -189,7 +211,7 @@ class TrainPoint(Point, TrainSpec):
         The data is left out too, because it may depend on the length (GenSLM's padded rows
         are prepared once per block size).
         """
-        return _hash(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"}))
+        return _hash(key_fields(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"})))
 
 
 def _hash(fields: dict[str, Any]) -> str:

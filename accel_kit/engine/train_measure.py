@@ -14,6 +14,7 @@ from accel_kit import flops as F
 from accel_kit.data import tokenizer_of
 from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
 from accel_kit.engine.eager import point_batches, programming_model
+from accel_kit.engine.layout import data_rank, mesh_text
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
 from accel_kit.models import build_model, count_params, estimate_training_memory, family_of, fits, get_config
 from accel_kit.precision import dtype_of, spec
@@ -63,6 +64,7 @@ class TrainMeasurement(KindMeasurement):
         self.base = self.shape.record() | {"n_params": self.n_params,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
                      "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
+                     "dp": point.data_parallel_size, "mesh": mesh_text(point),
                      "tokens_per_step": point.global_batch_size * point.seq_len,
                      "flops_source": self.family.flops_source(cfg, point.seq_len, micro_batch=point.micro_batch_size)}
         self.out["model"] = point.preset
@@ -129,7 +131,7 @@ class TrainMeasurement(KindMeasurement):
                                                   **self.overrides), p, ctx.device)
         # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
         self.sparse = runtime.make_sparsity(model, p, ctx.device)
-        batches = point_batches(p, self.shape.vocab_size, ctx.rank)
+        batches = point_batches(p, self.shape.vocab_size, data_rank(p, ctx.rank))
         self.trainer = runtime.make_trainer(p, model, batches, ctx.device, ctx.world,
                                             after_step=self.sparse.apply_masks if self.sparse.active else None)
         # trainer.step() returns the loss as a float, which syncs the device; the clock syncs around it too.
@@ -158,7 +160,7 @@ class TrainMeasurement(KindMeasurement):
         than fetching them did in the window."""
         import time
 
-        batches = iter(point_batches(self.point, self.shape.vocab_size, self.ctx.rank))
+        batches = iter(point_batches(self.point, self.shape.vocab_size, data_rank(self.point, self.ctx.rank)))
         start = time.perf_counter()
         for _ in range(self._loader_batches()):
             next(batches)

@@ -133,6 +133,36 @@ class FlopTerms:
         return (self.forward - self.matmul + 2 * nonzero_block_weights) * direction_factor(direction)
 
 
+def group_rows_by_shard(linear: nn.Linear, widths: list[int], parts: int) -> None:
+    """Reorder a fused linear's output rows (in place) so that cutting them into ``parts`` contiguous shards
+    gives each shard its own share of every matrix fused in it.
+
+    A column-wise tensor-parallel shard is a contiguous block of output rows; cut as it is, a fused
+    [q; k; v] of widths ``widths`` would give rank 0 all of q and none of v. Regrouped as
+    [q_0; k_0; v_0 | q_1; k_1; v_1 | ...], shard r holds q, k and v of its heads, and the module's forward,
+    which splits its output by the (now local) widths, runs unchanged. A permutation of a freshly
+    initialised model's rows is the same model: every weight keeps its value and its own optimizer state,
+    so a tensor-parallel run trains as one process does. (Unfusing the linear would do the same and
+    rename the weights; the permutation keeps the model's names and its one GEMM per fused matrix.)
+    """
+    with torch.no_grad():
+        for t in (linear.weight, linear.bias):
+            if t is None:
+                continue
+            chunks = [piece.chunk(parts, dim=0) for piece in t.split(widths, dim=0)]
+            t.copy_(torch.cat([c[r] for r in range(parts) for c in chunks], dim=0))
+
+
+def shard_block(block: nn.Module, tp_mesh: Any, colwise: list[str], rowwise: list[str]) -> None:
+    """DTensor tensor parallelism on one block: ``colwise`` linears (by name in the block) split their output
+    rows over ``tp_mesh``, ``rowwise`` ones their input columns, and all-reduce their output (Megatron-LM's
+    pairing: one all-reduce per pair forward, one backward)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {name: ColwiseParallel() for name in colwise} | {name: RowwiseParallel() for name in rowwise}
+    parallelize_module(block, tp_mesh, plan)
+
+
 @dataclass(frozen=True)
 class PipelineStages:
     """Where a model splits into pipeline stages, as attribute names on the model.
@@ -229,6 +259,14 @@ class Family(ABC):
 
     @abstractmethod
     def pipeline_stages(self, model: nn.Module) -> PipelineStages: ...
+
+    # The family has a tensor-parallel plan (``apply_tensor_parallel``); the layout check asks.
+    tensor_parallel: ClassVar[bool] = False
+
+    def apply_tensor_parallel(self, model: nn.Module, tp_mesh: Any) -> None:
+        """Shard every block of ``model`` over ``tp_mesh`` in place (heads and MLP width split, attention
+        run on the local heads); the embedding, the final norm and the head stay replicated."""
+        raise NotImplementedError(f"the {self.name} family has no tensor-parallel plan")
 
     # --- transformers
 

@@ -22,6 +22,7 @@ from accel_kit.models import check_preset
 from accel_kit.params import StudyParams
 from accel_kit.precision import PrecisionRequest
 from accel_kit.systems import System
+from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
 
@@ -86,7 +87,9 @@ def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, 
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
                "seq_len": values["seq_len"] or system.seq_len,
                "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call}
-    return TrainPoint(**values)
+    point = TrainPoint(**values)
+    check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
+    return point
 
 
 def resolve_data(data: str, data_root: Path, *, progress: bool) -> str | None:

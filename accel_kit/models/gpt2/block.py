@@ -98,17 +98,19 @@ def _linear(x: torch.Tensor, layer: nn.Linear, fast_path: bool) -> torch.Tensor:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: BlockConfig):
         super().__init__()
-        self.n_heads = cfg.n_heads
+        self.n_heads = cfg.n_heads  # this rank's heads (tensor parallelism divides them)
+        self.head_dim = cfg.hidden_size // cfg.n_heads
         self.fast_path = cfg.narrow_linear_fast_path
         self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)  # fused Q, K, V
         self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        # (B, T, 3C) -> (3, B, nh, T, hs) without copies: SDPA takes strided views.
-        q, k, v = self.c_attn(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
+        B, T, _ = x.shape
+        nh, hs = self.n_heads, self.head_dim
+        # (B, T, 3 nh hs) -> (3, B, nh, T, hs) without copies: SDPA takes strided views.
+        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)
         y = causal_attention(q, k, v)  # (B, nh, T, hs): SDPA, causal
-        return _linear(y.transpose(1, 2).reshape(B, T, C), self.c_proj, self.fast_path)
+        return _linear(y.transpose(1, 2).reshape(B, T, nh * hs), self.c_proj, self.fast_path)
 
 
 class MLP(nn.Module):

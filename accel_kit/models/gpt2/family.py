@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
 from accel_kit.models.gpt2.flops import attention_flops_per_token, block_gemm_shapes, block_matmul_flops_per_token
 from accel_kit.models.gpt2.block import Block
 from accel_kit.models.gpt2.model import GPT, GPTConfig
@@ -68,6 +68,19 @@ class GPT2(Family):
 
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
         return PipelineStages(embedding=("wte", "wpe"), blocks="h", head=("ln_f", "lm_head"))
+
+    tensor_parallel = True
+
+    def apply_tensor_parallel(self, model: nn.Module, tp_mesh) -> None:
+        tp = tp_mesh.size()
+        for block in model.h:
+            attn = block.attn
+            width = attn.n_heads * attn.head_dim
+            group_rows_by_shard(attn.c_attn, [width] * 3, tp)  # fused [q; k; v]: each rank its heads of all three
+            shard_block(block, tp_mesh, colwise=["attn.c_attn", "mlp.c_fc"], rowwise=["attn.c_proj", "mlp.c_proj"])
+            attn.n_heads //= tp
+            # the bf16 fast path's custom autograd takes plain tensors, not DTensor weights
+            attn.fast_path = block.mlp.fast_path = False
 
     def hf_config(self, cfg: GPTConfig):
         from accel_kit.models.gpt2.hf import hf_config

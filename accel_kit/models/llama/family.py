@@ -10,7 +10,7 @@ from typing import ClassVar
 from torch import nn
 
 import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
-from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
 from accel_kit.models.llama.config import LlamaConfig, RopeScaling
 from accel_kit.models.llama.model import Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
@@ -120,6 +120,22 @@ class Llama3(Family):
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
         # Each block holds its own RoPE tables, so the blocks split with nothing shared to carry.
         return PipelineStages(embedding=("embed_tokens",), blocks="layers", head=("norm", "lm_head"))
+
+    tensor_parallel: ClassVar[bool] = True
+
+    def apply_tensor_parallel(self, model: nn.Module, tp_mesh) -> None:
+        # GQA: each rank keeps n_heads / tp query heads and n_kv_heads / tp key/value heads, so its query
+        # groups meet their own key/value heads (the layout check asks that tp divide both).
+        tp = tp_mesh.size()
+        for block in model.layers:
+            attn, mlp = block.self_attn, block.mlp
+            q, kv = attn.n_heads * attn.head_dim, attn.n_kv_heads * attn.head_dim
+            group_rows_by_shard(attn.qkv_proj, [q, kv, kv], tp)  # fused [q; k; v]
+            group_rows_by_shard(mlp.gate_up_proj, [mlp.down_proj.in_features] * 2, tp)  # fused [gate; up]
+            shard_block(block, tp_mesh, colwise=["self_attn.qkv_proj", "mlp.gate_up_proj"],
+                        rowwise=["self_attn.o_proj", "mlp.down_proj"])
+            attn.n_heads //= tp
+            attn.n_kv_heads //= tp
 
     # --- transformers
 

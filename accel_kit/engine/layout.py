@@ -1,0 +1,84 @@
+"""A training point's parallel layout, checked before anything runs: data x tensor x pipeline parallel.
+
+The devices split as ``pp`` pipeline stages x ``dp`` data-parallel replicas x ``tp`` tensor-parallel
+ranks, dp = devices / (tp x pp). What the model allows is the family's to say (its shape's heads and
+key/value heads, its blocks, whether it has a tensor-parallel plan); what the engine here has built
+is this module's. Every refusal is one ``ParameterError`` line (the CLI's exit status 2).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from accel_kit.errors import ParameterError
+
+MESH_DIMS = ("pp", "dp", "tp")  # the device mesh's dimensions, outermost first
+
+
+def mesh_text(point: Any) -> str:
+    """The layout as a record shows it: ``pp 1 x dp 2 x tp 1``."""
+    return " x ".join(f"{name} {size}" for name, size in zip(MESH_DIMS, (point.pp, point.data_parallel_size,
+                                                                           point.tp)))
+
+
+def data_rank(point: Any, rank: int) -> int:
+    """Which share of the data ``rank`` trains on: its place along ``dp``. The ranks of one tensor-parallel
+    group (and of one pipeline) compute on the same micro-batch."""
+    return (rank // point.tp) % point.data_parallel_size
+
+
+def check_layout(point: Any) -> None:
+    """Refuse a layout that does not divide, that the model's shape does not allow, or that is not built.
+
+    Raises:
+        ParameterError: the first problem, in one line.
+    """
+    tp, pp, devices = point.tp, point.pp, point.replicas or point.devices
+    if devices % (tp * pp):
+        raise ParameterError(f"{devices} devices do not split into tp {tp} x pp {pp} (dp = devices / (tp x pp) "
+                             f"must be a whole number)")
+    if tp * pp == 1:
+        _check_engine(point)
+        return
+    if point.engine == "deepspeed":
+        raise ParameterError(f"engine deepspeed runs data parallelism only here (tp {tp}, pp {pp}); "
+                             "use engine ddp or fsdp")
+    _check_shape(point)
+    _check_engine(point)
+
+
+def _check_shape(point: Any) -> None:
+    from accel_kit.models import family_of, get_config
+
+    cfg = get_config(point.preset, **({"vocab_size": point.vocab_size} if point.vocab_size else {}))
+    family, shape = family_of(cfg), family_of(cfg).shape(cfg)
+    tp, pp = point.tp, point.pp
+    if tp > 1:
+        if not family.tensor_parallel:
+            raise ParameterError(f"the {family.name} family has no tensor-parallel plan; use tp 1")
+        for what, count in (("heads", shape.n_heads), ("key/value heads", shape.n_kv_heads),
+                            ("MLP width", shape.ffn_hidden_size)):
+            if count % tp:
+                raise ParameterError(f"tp {tp} does not divide the {count} {what} of {point.preset}")
+    if pp > 1:
+        if pp > shape.n_layers:
+            raise ParameterError(f"pp {pp} is more stages than the {shape.n_layers} blocks of {point.preset}")
+        if point.micro_batch_size % point.microbatches:
+            raise ParameterError(f"micro_batch_size {point.micro_batch_size} does not split into "
+                                 f"pp_microbatches {point.microbatches}")
+
+
+def _check_engine(point: Any) -> None:
+    if point.pp > 1:  # the parameters and their checks are here; the engine is not (issue 21's next phase)
+        raise ParameterError(f"pp {point.pp}: pipeline parallelism is not built yet; use pp 1")
+    if point.pp > 1 and point.engine == "fsdp":
+        raise ParameterError("engine fsdp with pp above 1 is not built here; use engine ddp with pp")
+    if point.pp > 1 and point.tp > 1:
+        raise ParameterError("tp and pp together are not built here; use one of them")
+    if point.pp_microbatches is not None and point.pp == 1:
+        raise ParameterError("pp_microbatches needs pp above 1")
+    sharded = point.engine == "fsdp" or point.tp * point.pp > 1
+    if sharded and point.precision == "fp16":
+        raise ParameterError("fp16 under fsdp, tp or pp needs a sharded gradient scaler, not built here; "
+                             "use bf16 or fp32")
+    if sharded and (point.sparsity > 0 or point.torch_compile):
+        raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp or pp here")

@@ -1,0 +1,127 @@
+"""Parallelism beyond DDP, on torch's own APIs: FSDP2, DTensor tensor parallelism, and the trainer for them.
+
+The ranks form a device mesh ``(pp, dp, tp)`` (``torch.distributed.device_mesh``). Tensor parallelism is
+the family's plan (``Family.apply_tensor_parallel``: column-wise then row-wise linears per block, heads
+split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards every block, then the root, over
+``dp``. Under engine ddp with tensor parallelism the gradients are averaged over ``dp`` after the step's
+micro-batches (DDP itself takes no DTensor parameters).
+
+``ParallelTrainer`` is ``accel_kit.engine.step.Trainer`` with what sharded parameters change: bf16 under
+FSDP keeps fp32 (sharded) parameters and lets the mixed-precision policy cast them per forward (so no
+master copy), the optimizer's parameter groups hold DTensors and plain tensors apart (a foreach kernel
+takes one kind), and clipping sums each gradient's squared norm over its shards.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from accel_kit.engine.step import Trainer, param_groups
+from accel_kit.precision import PrecisionSpec, spec
+
+from accel_kit.engine.layout import MESH_DIMS
+
+
+def device_mesh(point: Any, device: torch.device) -> Any:
+    """The point's ranks as a ``(pp, dp, tp)`` mesh (over the process group the worker started)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (point.pp, point.data_parallel_size, point.tp), mesh_dim_names=MESH_DIMS)
+
+
+def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) -> nn.Module:
+    """FSDP2 on every block, then the root (embedding, final norm, head): a block's parameters are
+    all-gathered just before it runs and freed after, so one block's worth is whole at a time."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # bf16: compute in bf16, reduce-scatter the gradients in fp32 (a sum over dp ranks loses less), and
+    # keep the sharded parameters (what AdamW updates) in fp32: the master copy is the shard itself.
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if precision == "bf16" else MixedPrecisionPolicy())
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> nn.Module:
+    """``model`` with the point's tensor parallelism (the family's plan) and, for engine fsdp, FSDP2."""
+    if point.tp > 1:
+        family.apply_tensor_parallel(model, mesh["tp"])
+    if point.engine == "fsdp":
+        blocks = getattr(model, family.pipeline_stages(model).blocks)
+        model = fsdp_wrap(model, blocks, mesh["dp"], point.precision)
+    return model
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+class ParallelTrainer(Trainer):
+    """``Trainer`` over sharded parameters (FSDP2, tensor parallel); ``dp_group``: average the gradients
+    over it after each step's micro-batches (engine ddp with tensor parallelism); None: FSDP does, or dp 1."""
+
+    def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, **kwargs: Any):
+        self.fsdp, self.dp_group = fsdp, dp_group
+        super().__init__(*args, **kwargs)
+
+    def precision_spec(self, precision: str) -> PrecisionSpec:
+        kind = spec(precision)
+        if self.fsdp and kind.master_weights:  # fp32 shards, cast per forward by FSDP's policy
+            return dataclasses.replace(kind, model_dtype=torch.float32, master_weights=False)
+        return kind
+
+    def make_optimizer(self, params: nn.Module | list[torch.Tensor]) -> torch.optim.Optimizer:
+        """AdamW with each weight-decay group split into its DTensors and its plain tensors."""
+        groups = []
+        for group in param_groups(params, self.optim_cfg.weight_decay):
+            for is_dtensor in (True, False):
+                part = [p for p in group["params"] if isinstance(p, DTensor) == is_dtensor]
+                if part:
+                    groups.append(group | {"params": part})
+        cfg = self.optim_cfg  # AdamW as ``step.make_optimizer`` builds it, over the split groups
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=self.fused_optimizer)
+
+    def _no_sync(self, last: bool):
+        if self.fsdp:  # FSDP2: reduce-scatter the gradients once, after the last micro-batch
+            self.model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def clip_gradients(self, params: list[torch.Tensor], max_norm: float) -> None:
+        """Scale to a global norm of at most ``max_norm``: a sharded gradient's norm reduced over its shards
+        (a replicated one's counted once), then every local shard scaled by the same factor."""
+        grads = [p.grad for p in params if p.grad is not None]
+        squares = torch.zeros((), device=self.device)
+        for g in grads:
+            norm = torch.linalg.vector_norm(g)
+            squares += (norm.full_tensor() if isinstance(norm, DTensor) else norm).float() ** 2
+        scale = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            _local(g).mul_(scale.to(g.dtype))
+
+    def optimizer_step(self) -> None:
+        if self.dp_group is not None:
+            size = dist.get_world_size(self.dp_group)
+            for p in self.params:
+                if p.grad is not None:
+                    grad = _local(p.grad)
+                    dist.all_reduce(grad, group=self.dp_group)
+                    grad.div_(size)
+        super().optimizer_step()
+
+
+def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
+                     **kwargs: Any) -> ParallelTrainer:
+    """The trainer of a point with engine fsdp or tp above 1: its mesh, its model sharded, its gradients' reduction."""
+    mesh = device_mesh(point, device)
+    model = parallelize(model, point, family, mesh)
+    dp_group = mesh["dp"].get_group() if point.engine == "ddp" and point.data_parallel_size > 1 else None
+    return ParallelTrainer(model, iter(batches), device, point.precision, point.gas, optim,
+                           fsdp=point.engine == "fsdp", dp_group=dp_group, **kwargs)
