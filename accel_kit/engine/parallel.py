@@ -106,6 +106,12 @@ class ParallelTrainer(Trainer):
         for g in grads:
             _local(g).mul_(scale.to(g.dtype))
 
+    def copy_masters(self) -> None:
+        """As ``Trainer``'s, on the local shards: DTensor has no foreach copy, and a master is placed as its
+        parameter is, so shard copies into shard."""
+        with torch.no_grad():
+            torch._foreach_copy_([_local(p) for p in self.params], [_local(m) for m in self.master])
+
     def optimizer_step(self) -> None:
         if self.dp_group is not None:
             size = dist.get_world_size(self.dp_group)

@@ -170,8 +170,12 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.master is not None:
-            with torch.no_grad():
-                torch._foreach_copy_(self.params, self.master)  # fp32 master -> bf16 model
+            self.copy_masters()
+
+    def copy_masters(self) -> None:
+        """The fp32 masters, updated, into the 16-bit model."""
+        with torch.no_grad():
+            torch._foreach_copy_(self.params, self.master)
 
     # --- the step
 
