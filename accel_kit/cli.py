@@ -39,10 +39,12 @@ def _cmd_systems(args: argparse.Namespace) -> int:
     from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system, system_ids
 
-    for sid in system_ids():
+    ids = system_ids()
+    width = max(map(len, ids), default=0)  # the columns line up whatever the longest id
+    for sid in ids:
         system = load_system(sid)
         status = get_adapter(system.adapter, system.options).availability()
-        print(f"{sid:10s} {system.adapter:11s} {'available' if status else 'unavailable: ' + status.reason}"
+        print(f"{sid:{width}s} {system.adapter:11s} {'available' if status else 'unavailable: ' + status.reason}"
               f"  | {system.description}")
     return 0
 
