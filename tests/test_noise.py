@@ -205,3 +205,45 @@ def test_the_report_findings_call_no_difference_inside_the_noise():
     assert "no system is faster beyond the noise at any of the 2 points" in fastest and "within noise (1.05x" in fastest
     gains = findings.gas_gain(ctx)
     assert len(gains) == 2 and all("GAS 4 against GAS 1: within noise (1.10x" in g for g in gains), gains
+
+
+def _sparse(tokens_per_s: float, s: float, times=NOISY, *, run_id="r1", timestamp=None, tokens_per_j=None) -> dict:
+    """A sparsity record that is both a throughput and a loss-curve run (30 steps, the same batches)."""
+    p = dict(sparsity=s, sparsity_pattern="unstructured", steps=30, warmup_steps=10, loss_steps=30,
+             loss_warmup_steps=10, sparse_kernels="dense", dense_finetune_steps=0, data=None, presets=["gpt2-small"])
+    rec = _train("sparsity", tokens_per_s, times, run_id=run_id, timestamp=timestamp, **p)
+    # Loss falls 0.01 a step, the sparse run's by (1 + s/50), with a batch-to-batch wobble the dense run lacks.
+    rec["metrics"] |= dict(losses=[(3.0 - 0.01 * i) * (1 + s / 50) + 0.01 * (i * 7 % 3) * (s > 0) for i in range(30)],
+                           flops_dense_equivalent=1.0, flops_effective=1.0 - s, tokens_per_j=tokens_per_j)
+    return rec
+
+
+def test_sparsity_figures_have_error_bars_from_both_points_and_say_what_they_are():
+    from accel_kit.studies import sparsity
+
+    figs = sparsity.figures(results.frame([_sparse(1000.0, 0.0), _sparse(1100.0, 0.5), _sparse(1300.0, 0.9)]))
+    speed, gap = figs["sparsity_throughput"], figs["sparsity_loss_gap"]
+    (bars,) = [tr for tr in speed.data if tr.type == "bar"]
+    up, down = bars.error_y.array, bars.error_y.arrayminus
+    # Dense against itself is exactly 1 (no bar); s=0.5: 1.1x, each point's band about 20 % wide, so the
+    # ratio's range runs from the sparse low end over the dense high end to the high end over the low end.
+    assert up[0] == down[0] == 0 and min(up[1:]) > 0.15 and min(down[1:]) > 0.15, (up, down)
+    assert "both points' spreads" in speed.layout.title.text
+    assert all(b is not None and max(b) > 0 for b in _error_bars(gap)), _error_bars(gap)
+    assert "no trial spread applies" in gap.layout.title.text
+    t = sparsity.table(results.frame([_sparse(1000.0, 0.0), _sparse(1100.0, 0.5)]))
+    lo, hi = t.iloc[1][["speedup_vs_dense_lo", "speedup_vs_dense_hi"]]
+    assert lo < 1.1 < hi and noise.ratio_band(1.0, 2.0, 4.0, 8.0) == (0.125, 0.5)
+
+
+def test_sparsity_energy_bars_show_the_runs_range_and_one_reading_says_so():
+    from accel_kit.studies import sparsity
+
+    once = [_sparse(1000.0, 0.0, tokens_per_j=50.0), _sparse(1100.0, 0.5, tokens_per_j=55.0)]
+    fig = sparsity.figures(results.frame(once))["sparsity_energy"]
+    assert "one energy reading covers all of a point's trials" in fig.layout.title.text
+    assert all(tr.error_y.array is None for tr in fig.data if tr.type == "bar")  # no trial spread of tokens/J
+    again = [_sparse(1000.0, 0.0, run_id="r0", timestamp="2020-01-01T00:00:00+00:00", tokens_per_j=46.0),
+             _sparse(1100.0, 0.5, run_id="r0", timestamp="2020-01-01T00:00:00+00:00", tokens_per_j=57.0)]
+    fig = sparsity.figures(results.frame(once + again))["sparsity_energy"]
+    assert all(b is not None and max(b) > 0 for b in _error_bars(fig)), _error_bars(fig)
