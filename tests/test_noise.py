@@ -247,3 +247,26 @@ def test_sparsity_energy_bars_show_the_runs_range_and_one_reading_says_so():
              _sparse(1100.0, 0.5, run_id="r0", timestamp="2020-01-01T00:00:00+00:00", tokens_per_j=57.0)]
     fig = sparsity.figures(results.frame(once + again))["sparsity_energy"]
     assert all(b is not None and max(b) > 0 for b in _error_bars(fig)), _error_bars(fig)
+
+
+def _scaling_context(top: float, times=NOISY):
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = [_train("scaling", 1000.0, times, devices=1), _train("scaling", top, times, devices=8)]
+    return Context(RecordSet(recs, []))
+
+
+def test_the_scaling_efficiency_finding_calls_a_shortfall_from_ideal_only_beyond_the_noise():
+    from accel_kit.report import findings
+
+    # 7,200 tokens/s on 8 devices against the ideal 8,000, both about 20 % wide: within noise.
+    (near,) = findings.scaling_efficiency(_scaling_context(7200.0))
+    assert "at 8 devices, against ideal scaling: within noise (0.90x; spreads" in near, near
+    assert "below ideal" not in near and "against the ideal 8.00×" in near
+    # 4,000 on 8 devices: half the ideal, well beyond both spreads.
+    (far,) = findings.scaling_efficiency(_scaling_context(4000.0))
+    assert "at 8 devices, below ideal scaling beyond the noise (efficiency 50.0 %" in far, far
+    # One trial and one run: the noise is unknown, so no shortfall is called.
+    (one,) = findings.scaling_efficiency(_scaling_context(7600.0, times=[1.0]))
+    assert "not called a difference" in one, one
