@@ -270,3 +270,33 @@ def test_the_scaling_efficiency_finding_calls_a_shortfall_from_ideal_only_beyond
     # One trial and one run: the noise is unknown, so no shortfall is called.
     (one,) = findings.scaling_efficiency(_scaling_context(7600.0, times=[1.0]))
     assert "not called a difference" in one, one
+
+
+@pytest.mark.parametrize("section, rates", [
+    ("table_ii_scaling", ["tokens/s", "tokens/s per device"]),
+    ("table_iii_seq_length", ["tokens/s"]),
+    ("table_iv_genslm", ["samples/s", "tokens/s"]),
+])
+def test_the_reports_tables_have_a_spread_below_each_throughput_and_fit_the_page(section, rates):
+    from accel_kit.report import tables as report_tables
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = ([_train("scaling", 1000.0 * d, NOISY, devices=d) for d in (1, 2, 4, 8)]
+            + [_train("seq_length", 3221.319133, NOISY, seq_len=s) for s in (256, 1024, 4096)]
+            + [_train("genslm", 100.0, NOISY, seq_len=s, preset="genslm-25m", vocab_size=71) for s in (512, 1024)])
+    for r in recs:
+        r["metrics"]["samples_per_s_mean"] = r["metrics"]["samples_per_s"]
+    # A second system, steady and measured once: its spread cells say the noise was not measured.
+    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin", times_s=[1.0]) for r in recs]
+    ctx = Context(RecordSet(recs + twin, []))
+    (table,) = getattr(report_tables, section)(ctx).tables
+    names = [key[-1] for key, _ in table.rows]
+    for r in rates:
+        assert all(names[i + 1] == f"{r} spread" for i, n in enumerate(names) if n == r), names
+    first = {key[-1]: cells for key, cells in table.rows if key[-1] in (rates[0], f"{rates[0]} spread")}
+    value, spread = first[rates[0]][0], first[f"{rates[0]} spread"][0]
+    places = noise.decimals(spread.value)
+    assert spread.measured and value.text == noise.fmt(value.value, places), (value, spread)
+    assert first[f"{rates[0]} spread"][1].text == "not measured"  # the twin: one trial, one run
+    assert tables.width_px(report_tables.text_frame(table)) <= 1400, report_tables.text_frame(table)
