@@ -38,38 +38,58 @@ def trial_rates(rate: float, times_s: Iterable[float]) -> list[float]:
     return [rate * median / t for t in times]
 
 
+def iqr(values: Iterable[float]) -> tuple[float, float] | None:
+    """The first and third quartiles of ``values`` (NaN left out); None for fewer than 2 values."""
+    values = [float(v) for v in values if v is not None and not pd.isna(v)]
+    if len(values) < 2:
+        return None
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
 def _interval(rate: float, times_s) -> tuple[float, float] | None:
     """The trials' interquartile interval of the rate; None for fewer than 2 trials."""
-    rates = trial_rates(rate, times_s)
-    if len(rates) < 2:
-        return None
-    q = statistics.quantiles(rates, n=4, method="inclusive")
-    return q[0], q[2]
+    return iqr(trial_rates(rate, times_s))
+
+
+def ratio_band(a_lo: float, a_hi: float, b_lo: float, b_hi: float) -> tuple[float, float]:
+    """The range of a / b for a in [a_lo, a_hi] and b in [b_lo, b_hi] (positive): a_lo / b_hi to a_hi / b_lo;
+    NaN where either band is unknown or b's reaches zero.
+
+    The two bands' ends, not relative spreads added in quadrature: a spread here is an interquartile
+    range widened to the range of runs, not a standard deviation of independent normal errors, which
+    the quadrature rule assumes; the ratio of the ends bounds the ratio whatever the trials' distribution
+    (and is the wider of the two, so a ratio is never shown surer than its parts)."""
+    ends = [a_lo, a_hi, b_lo, b_hi]
+    if any(v is None or pd.isna(v) for v in ends) or b_lo <= 0:
+        return math.nan, math.nan
+    return a_lo / b_hi, a_hi / b_lo
 
 
 def with_spread(df: pd.DataFrame, keys: list[str], rates: Iterable[str] = RATES) -> pd.DataFrame:
     """The latest record per ``keys`` (``results.latest``), with, per rate it carries, ``<rate>_lo``,
     ``<rate>_hi`` (the band: trials' IQR, widened to every ok run's rate) and ``<rate>_spread``
-    (hi - lo; NaN where noise was not measured), and ``runs`` (ok runs of the point)."""
+    (hi - lo; NaN where noise was not measured), and ``runs`` (ok runs of the point).
+
+    ``rates`` outside ``RATES`` (``tokens_per_j``) are not timed per trial: their band is the runs' range."""
     if df.empty:
         return df
     keys = [k for k in keys if k in df.columns]
     latest = results.latest(df, keys).copy()
     rates = [r for r in rates if r in df.columns]
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
-    groups = {k if isinstance(k, tuple) else (k,): g for k, g in ok.groupby(keys, dropna=False)} if keys else {}
+    groups = {_key(k if isinstance(k, tuple) else (k,)): g for k, g in ok.groupby(keys, dropna=False)} if keys else {}
     runs, cols = [], {f"{r}_{s}": [] for r in rates for s in ("lo", "hi", "spread")}
     for _, row in latest.iterrows():
-        key = tuple(row[k] for k in keys)
-        same = groups.get(key, ok.iloc[0:0])
-        if len(same) == 0 and keys:  # NaN keys: groupby's key holds NaN, which == cannot find
-            same = ok[(ok[keys].astype(str) == pd.Series({k: str(row[k]) for k in keys})).all(axis=1)]
+        same = groups.get(_key(row[k] for k in keys), ok.iloc[0:0])
         runs.append(int(len(same)))
         for r in rates:
             lo = hi = math.nan
             value = row.get(r)
             if row.get("status", "ok") == "ok" and value is not None and not pd.isna(value):
-                band = _interval(float(value), row.get("times_s"))
+                # Only a rate of the timed work has a trial spread; another (tokens/J: one energy
+                # reading over all the trials) has only the range of its runs.
+                band = _interval(float(value), row.get("times_s")) if r in RATES else None
                 others = [float(v) for v in same[r] if v is not None and not pd.isna(v)] if r in same else []
                 points = ([*band] if band else []) + (others if len(others) > 1 else [])
                 if points:
@@ -81,6 +101,12 @@ def with_spread(df: pd.DataFrame, keys: list[str], rates: Iterable[str] = RATES)
     for name, values in cols.items():
         latest[name] = values
     return latest
+
+
+def _key(values) -> tuple:
+    # A missing key part is None, however it was read (None, NaN: groupby turns None into NaN, and NaN
+    # != NaN), so that a point finds its runs again.
+    return tuple(None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values)
 
 
 def decimals(spread: float | None, value: float | None = None) -> int:

@@ -73,13 +73,15 @@ def _label(row: pd.Series, group: list[str], varying: list[str]) -> str:
 
 def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[str], title: str,
                  x_title: str, y_title: str, facet_order: list[str] | None = None,
-                 hover: list[str] | None = None) -> go.Figure:
+                 hover: list[str] | None = None, note: str | None = None) -> go.Figure:
     """Bars of ``y`` against categorical ``x``, one panel per ``facet`` value, one colour per group.
 
-    Group labels name only the columns of ``group`` that vary (one system: colour by impl).
+    Group labels name only the columns of ``group`` that vary (one system: colour by impl). ``note``: a
+    line under the title (what the error bars are, where a reader could not tell).
     """
     if facet != "precision":
         group, title = with_precision(df, group, title)
+    title += f"<br><sup>{note}</sup>" if note else ""
     varying = [g for g in group if g in df.columns and df[g].nunique() > 1]
     df = df.assign(_group=df.apply(_label, axis=1, group=group, varying=varying))
     facets = [f for f in (facet_order or []) if f in set(df[facet])] + sorted(

@@ -131,10 +131,12 @@ def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str],
     return Readable(pd.DataFrame(out), shared, note)
 
 
-def width_px(t: Readable, px_per_char: float = 8.0, padding_px: float = 16.0) -> float:
-    """An upper estimate of the table's rendered width: the widest cell or header of each column."""
+def width_px(t: Readable | pd.DataFrame, px_per_char: float = 8.0, padding_px: float = 16.0) -> float:
+    """An upper estimate of the table's rendered width: the widest cell or header of each column
+    (``t``: a readable table, or a frame of the texts shown, as ``accel_kit.report.tables.text_frame``)."""
+    frame = t.frame if isinstance(t, Readable) else t
     total = 0.0
-    for name in t.frame.columns:
-        widest = max([len(str(name))] + [len(str(v)) for v in t.frame[name]])
+    for name in frame.columns:
+        widest = max([len(str(name))] + [len(str(v)) for v in frame[name]])
         total += widest * px_per_char + padding_px
     return total

@@ -205,3 +205,98 @@ def test_the_report_findings_call_no_difference_inside_the_noise():
     assert "no system is faster beyond the noise at any of the 2 points" in fastest and "within noise (1.05x" in fastest
     gains = findings.gas_gain(ctx)
     assert len(gains) == 2 and all("GAS 4 against GAS 1: within noise (1.10x" in g for g in gains), gains
+
+
+def _sparse(tokens_per_s: float, s: float, times=NOISY, *, run_id="r1", timestamp=None, tokens_per_j=None) -> dict:
+    """A sparsity record that is both a throughput and a loss-curve run (30 steps, the same batches)."""
+    p = dict(sparsity=s, sparsity_pattern="unstructured", steps=30, warmup_steps=10, loss_steps=30,
+             loss_warmup_steps=10, sparse_kernels="dense", dense_finetune_steps=0, data=None, presets=["gpt2-small"])
+    rec = _train("sparsity", tokens_per_s, times, run_id=run_id, timestamp=timestamp, **p)
+    # Loss falls 0.01 a step, the sparse run's by (1 + s/50), with a batch-to-batch wobble the dense run lacks.
+    rec["metrics"] |= dict(losses=[(3.0 - 0.01 * i) * (1 + s / 50) + 0.01 * (i * 7 % 3) * (s > 0) for i in range(30)],
+                           flops_dense_equivalent=1.0, flops_effective=1.0 - s, tokens_per_j=tokens_per_j)
+    return rec
+
+
+def test_sparsity_figures_have_error_bars_from_both_points_and_say_what_they_are():
+    from accel_kit.studies import sparsity
+
+    figs = sparsity.figures(results.frame([_sparse(1000.0, 0.0), _sparse(1100.0, 0.5), _sparse(1300.0, 0.9)]))
+    speed, gap = figs["sparsity_throughput"], figs["sparsity_loss_gap"]
+    (bars,) = [tr for tr in speed.data if tr.type == "bar"]
+    up, down = bars.error_y.array, bars.error_y.arrayminus
+    # Dense against itself is exactly 1 (no bar); s=0.5: 1.1x, each point's band about 20 % wide, so the
+    # ratio's range runs from the sparse low end over the dense high end to the high end over the low end.
+    assert up[0] == down[0] == 0 and min(up[1:]) > 0.15 and min(down[1:]) > 0.15, (up, down)
+    assert "both points' spreads" in speed.layout.title.text
+    assert all(b is not None and max(b) > 0 for b in _error_bars(gap)), _error_bars(gap)
+    assert "no trial spread applies" in gap.layout.title.text
+    t = sparsity.table(results.frame([_sparse(1000.0, 0.0), _sparse(1100.0, 0.5)]))
+    lo, hi = t.iloc[1][["speedup_vs_dense_lo", "speedup_vs_dense_hi"]]
+    assert lo < 1.1 < hi and noise.ratio_band(1.0, 2.0, 4.0, 8.0) == (0.125, 0.5)
+
+
+def test_sparsity_energy_bars_show_the_runs_range_and_one_reading_says_so():
+    from accel_kit.studies import sparsity
+
+    once = [_sparse(1000.0, 0.0, tokens_per_j=50.0), _sparse(1100.0, 0.5, tokens_per_j=55.0)]
+    fig = sparsity.figures(results.frame(once))["sparsity_energy"]
+    assert "one energy reading covers all of a point's trials" in fig.layout.title.text
+    assert all(tr.error_y.array is None for tr in fig.data if tr.type == "bar")  # no trial spread of tokens/J
+    again = [_sparse(1000.0, 0.0, run_id="r0", timestamp="2020-01-01T00:00:00+00:00", tokens_per_j=46.0),
+             _sparse(1100.0, 0.5, run_id="r0", timestamp="2020-01-01T00:00:00+00:00", tokens_per_j=57.0)]
+    fig = sparsity.figures(results.frame(once + again))["sparsity_energy"]
+    assert all(b is not None and max(b) > 0 for b in _error_bars(fig)), _error_bars(fig)
+
+
+def _scaling_context(top: float, times=NOISY):
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = [_train("scaling", 1000.0, times, devices=1), _train("scaling", top, times, devices=8)]
+    return Context(RecordSet(recs, []))
+
+
+def test_the_scaling_efficiency_finding_calls_a_shortfall_from_ideal_only_beyond_the_noise():
+    from accel_kit.report import findings
+
+    # 7,200 tokens/s on 8 devices against the ideal 8,000, both about 20 % wide: within noise.
+    (near,) = findings.scaling_efficiency(_scaling_context(7200.0))
+    assert "at 8 devices, against ideal scaling: within noise (0.90x; spreads" in near, near
+    assert "below ideal" not in near and "against the ideal 8.00×" in near
+    # 4,000 on 8 devices: half the ideal, well beyond both spreads.
+    (far,) = findings.scaling_efficiency(_scaling_context(4000.0))
+    assert "at 8 devices, below ideal scaling beyond the noise (efficiency 50.0 %" in far, far
+    # One trial and one run: the noise is unknown, so no shortfall is called.
+    (one,) = findings.scaling_efficiency(_scaling_context(7600.0, times=[1.0]))
+    assert "not called a difference" in one, one
+
+
+@pytest.mark.parametrize("section, rates", [
+    ("table_ii_scaling", ["tokens/s", "tokens/s per device"]),
+    ("table_iii_seq_length", ["tokens/s"]),
+    ("table_iv_genslm", ["samples/s", "tokens/s"]),
+])
+def test_the_reports_tables_have_a_spread_below_each_throughput_and_fit_the_page(section, rates):
+    from accel_kit.report import tables as report_tables
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+
+    recs = ([_train("scaling", 1000.0 * d, NOISY, devices=d) for d in (1, 2, 4, 8)]
+            + [_train("seq_length", 3221.319133, NOISY, seq_len=s) for s in (256, 1024, 4096)]
+            + [_train("genslm", 100.0, NOISY, seq_len=s, preset="genslm-25m", vocab_size=71) for s in (512, 1024)])
+    for r in recs:
+        r["metrics"]["samples_per_s_mean"] = r["metrics"]["samples_per_s"]
+    # A second system, steady and measured once: its spread cells say the noise was not measured.
+    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin", times_s=[1.0]) for r in recs]
+    ctx = Context(RecordSet(recs + twin, []))
+    (table,) = getattr(report_tables, section)(ctx).tables
+    names = [key[-1] for key, _ in table.rows]
+    for r in rates:
+        assert all(names[i + 1] == f"{r} spread" for i, n in enumerate(names) if n == r), names
+    first = {key[-1]: cells for key, cells in table.rows if key[-1] in (rates[0], f"{rates[0]} spread")}
+    value, spread = first[rates[0]][0], first[f"{rates[0]} spread"][0]
+    places = noise.decimals(spread.value)
+    assert spread.measured and value.text == noise.fmt(value.value, places), (value, spread)
+    assert first[f"{rates[0]} spread"][1].text == "not measured"  # the twin: one trial, one run
+    assert tables.width_px(report_tables.text_frame(table)) <= 1400, report_tables.text_frame(table)

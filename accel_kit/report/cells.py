@@ -12,6 +12,7 @@ from typing import Callable
 import pandas as pd
 
 import accel_kit.report.render as R
+from accel_kit import noise
 from accel_kit.report.context import Context
 from accel_kit.report.render import Cell
 
@@ -35,6 +36,30 @@ def derived(column: str, fmt=R.fmt_num, *, also: Callable[[pd.Series], list[str]
         ids = [rec["record_id"]] + (also(row) if also else [])
         return R.value_cell(row.get(column), ids, fmt, reason=reason)
     return cell
+
+
+def rate(study: str, label: str, name: str) -> list[Quantity]:
+    """A throughput and, in the row below it, its spread (``Context.spreads``: the trials' IQR widened to the
+    point's runs), both rounded to the digits the spread supports (``accel_kit.noise``). Below, not beside:
+    a pivot's columns are the systems, so a spread column per system would double the table's width."""
+    def band(ctx: Context, row: pd.Series, rec: dict) -> tuple[float | None, float]:
+        spreads = ctx.spreads(study)
+        value = (rec.get("metrics") or {}).get(name)
+        found = rec["record_id"] in spreads.index and f"{name}_spread" in spreads.columns
+        spread = spreads.at[rec["record_id"], f"{name}_spread"] if found else float("nan")
+        return value, float(spread) if not pd.isna(spread) else float("nan")
+
+    def value(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+        v, spread = band(ctx, row, rec)
+        places = noise.decimals(spread, v)
+        return R.value_cell(v, [rec["record_id"]], lambda x: noise.fmt(x, places))
+
+    def spread(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+        v, spread = band(ctx, row, rec)
+        places = noise.decimals(spread, v)
+        return R.value_cell(spread, [rec["record_id"]], lambda x: noise.fmt(x, places),
+                            reason="one trial and one run: noise not measured")
+    return [(label, value), (f"{label} spread", spread)]
 
 
 ENERGY_FIELDS = ("energy_j", "power_avg_w", "tokens_per_j", "flops_per_j")

@@ -55,6 +55,7 @@ class Context:
         self.cite = Citations(records.by_id)
         self.systems = records.systems
         self._frames: dict[str, pd.DataFrame] = {}
+        self._spreads: dict[str, pd.DataFrame] = {}
 
     def rec(self, record_id: str) -> dict:
         return self.records.by_id[record_id]
@@ -70,6 +71,21 @@ class Context:
                 df = df.assign(provenance=[R.provenance(self.rec(r), with_id=False) for r in df["record_id"]])
             self._frames[name] = df
         return self._frames[name]
+
+    def spreads(self, name: str) -> pd.DataFrame:
+        """Each point's latest record of the study with its spread, by record id: ``accel_kit.noise.with_spread``
+        over the study's keys (the trials' IQR, widened to the runs of the point), what tables and findings read."""
+        if name not in self._spreads:
+            from accel_kit import noise, studies
+
+            df = self.study(name)
+            module = studies.study_module(name)
+            keys = getattr(module, "KEYS", None) or module.TABLE_KEYS
+            if not df.empty:
+                # A key no record holds is one value for all (None), not a key dropped (which would merge points).
+                df = noise.with_spread(df.assign(**{k: None for k in keys if k not in df.columns}), keys)
+            self._spreads[name] = df.set_index("record_id") if not df.empty else df
+        return self._spreads[name]
 
     def has(self, study: str, system: str) -> bool:
         df = self.study(study)

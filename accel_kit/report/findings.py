@@ -115,10 +115,28 @@ def scaling_efficiency(ctx: Context) -> list[str]:
             out.append(head + what + (ctx.cite.refs(list(ok["record_id"])) if len(ok) else "") + tail)
             continue
         base, top = ok.iloc[0], ok.iloc[-1]
-        out.append(head + f"scaling efficiency {R.fmt_pct(top['scaling_efficiency_pct'])} at {int(top['devices'])} "
-                   f"devices (speedup {R.fmt_ratio(top['speedup'])} over {int(base['devices'])})"
-                   + ctx.cite.refs([base["record_id"], top["record_id"]]) + tail)
+        out.append(head + _against_ideal(ctx, base, top) + ctx.cite.refs([base["record_id"], top["record_id"]])
+                   + tail)
     return out
+
+
+def _against_ideal(ctx: Context, base: pd.Series, top: pd.Series) -> str:
+    """``top``'s tokens/s against ideal scaling from ``base`` (base x N / N0, its band scaled alike): a
+    shortfall (or a gain) called one only beyond both spreads (``noise.differs``), else "within noise"."""
+    n, n0 = int(top["devices"]), int(base["devices"])
+    what = (f"efficiency {R.fmt_pct(top['scaling_efficiency_pct'])}, speedup {R.fmt_ratio(top['speedup'])} "
+            f"over {n0} device(s) against the ideal {R.fmt_ratio(n / n0)}")
+    rate = _measured(ctx, "scaling", [top["record_id"], base["record_id"]], "tokens_per_s")
+    if len(rate) < 2:
+        return f"scaling efficiency at {n} devices: {what}"
+    got, b = rate
+    ideal = noise.Measured(b.value * n / n0, b.spread * n / n0)
+    measured = f"{got.text()} against the ideal {ideal.text()} tokens/s"
+    verdict = noise.differs(got, ideal)
+    if verdict:
+        side = "below" if got.value < ideal.value else "above"
+        return f"at {n} devices, {side} ideal scaling beyond the noise ({what}; {measured})"
+    return f"at {n} devices, against ideal scaling: {noise.ratio_text(got, ideal)} ({what}; {measured})"
 
 
 def longest_sequence(ctx: Context) -> list[str]:
@@ -171,12 +189,11 @@ def sparse_dense(ctx: Context) -> list[str]:
 
 
 def _measured(ctx: Context, study: str, record_ids: list[str], metric: str) -> list[noise.Measured]:
-    """The records' ``metric`` with its spread (``accel_kit.noise``), in the order of ``record_ids``."""
-    df = ctx.study(study)
-    mine = df[df["record_id"].isin(record_ids)]
-    if mine.empty or metric not in mine.columns:
+    """The records' ``metric`` with its spread (``Context.spreads``: widened to the point's runs), in the order
+    of ``record_ids``; a record that is not its point's latest is left out."""
+    spread = ctx.spreads(study)
+    if spread.empty or metric not in spread.columns:
         return []
-    spread = noise.with_spread(mine, ["record_id"], [metric]).set_index("record_id")
     return [noise.Measured.of(spread.loc[r], metric) for r in record_ids if r in spread.index]
 
 

@@ -27,7 +27,7 @@ from typing import Annotated, ClassVar, Literal
 import pandas as pd
 from pydantic import Field
 
-from accel_kit import energy, results
+from accel_kit import energy, noise, results
 from accel_kit.models import check_preset
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
@@ -129,13 +129,47 @@ def final_loss(losses) -> float:
     return sum(losses[-LOSS_WINDOW:]) / LOSS_WINDOW
 
 
-def _latest(df: pd.DataFrame) -> pd.DataFrame:
+def _filled(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the key columns older records lack, at their defaults."""
     df = df.copy()
     for col, default in (("sparsity", 0.0), ("sparsity_pattern", "unstructured"), ("sparse_kernels", "dense"),
                          ("dense_finetune_steps", 0), ("data", None)):
         if col not in df.columns:
             df[col] = default
-    return results.latest(df, KEYS)
+    return df
+
+
+def _latest(df: pd.DataFrame) -> pd.DataFrame:
+    return results.latest(_filled(df), KEYS)
+
+
+def gap_band(losses, dense, gap: float) -> tuple[float, float]:
+    """The error bar of a final loss gap (percent): the interquartile range of the per-step gap over the
+    last ``LOSS_WINDOW`` steps, widened to take in ``gap``; NaN where either run is too short.
+
+    A loss is not timed, so no trial spread applies; both runs saw the same batches, so the step-to-step
+    spread of their gap is what the window's mean smooths over."""
+    if pd.isna(gap) or not isinstance(losses, list) or not isinstance(dense, list) \
+            or min(len(losses), len(dense)) < 2 * LOSS_WINDOW:
+        return float("nan"), float("nan")
+    band = noise.iqr(100 * (a / b - 1) for a, b in zip(losses[-LOSS_WINDOW:], dense[-LOSS_WINDOW:]) if b)
+    return (min(band[0], gap), max(band[1], gap)) if band else (float("nan"), float("nan"))
+
+
+def _bands(r: pd.Series, base: pd.Series | None, row: dict) -> dict:
+    """A row's error bars: tokens/s and tokens/J (``accel_kit.noise``), the speedup over dense from both
+    points' bands (``noise.ratio_band``), the loss gaps from their last window (``gap_band``)."""
+    out = {f"{m}_{s}": r.get(f"{m}_{s}") for m in ("tokens_per_s", "tokens_per_j") for s in ("lo", "hi", "spread")}
+    lo = hi = float("nan")
+    # The dense point against itself is exactly 1: its noise is in every sparse point's bar instead.
+    if base is not None and r["status"] == "ok" and r.get("record_id") != base.get("record_id"):
+        lo, hi = noise.ratio_band(r.get("tokens_per_s_lo"), r.get("tokens_per_s_hi"), base.get("tokens_per_s_lo"),
+                                  base.get("tokens_per_s_hi"))
+    out |= {"speedup_vs_dense_lo": lo, "speedup_vs_dense_hi": hi, "speedup_vs_dense_spread": hi - lo}
+    if base is not None and "loss_gap_pct" in row:
+        for gap, key in (("loss_gap_pct", "losses"), ("finetune_gap_pct", "finetune_losses")):
+            out[f"{gap}_lo"], out[f"{gap}_hi"] = gap_band(r.get(key), base.get(key), row[gap])
+    return out
 
 
 def loss_curve_rows(df: pd.DataFrame) -> pd.Series:
@@ -162,7 +196,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """
     if df.empty:
         return df
-    df = _latest(df).sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
+    df = noise.with_spread(_filled(df), KEYS, ["tokens_per_s", "tokens_per_j"])  # latest per point, its spread
+    df = df.sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
     df["_loss_curve_run"] = loss_curve_rows(df)
     energy_cols = energy.table_columns(df)
     rows = []
@@ -197,7 +232,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
                 row["finetune_gap_pct"] = 100 * (row["finetune_loss_final"]
                                                  / final_loss(base.get("finetune_losses")) - 1)
             row["loss_curve_run"] = bool(r["_loss_curve_run"])
-            rows.append(row)
+            rows.append(row | _bands(r, base, row))
     out = pd.DataFrame(rows)
     for col in ("speedup_vs_dense", "ideal_speedup", "loss_final", "finetune_loss_final", "loss_gap_pct",
                 "finetune_gap_pct"):
@@ -209,7 +244,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
              "speedup_vs_dense", "ideal_speedup", "tflops_per_device", "tflops_effective_per_device",
              "mfu_measured_pct", "mfu_pct", "loss_final", "loss_gap_pct", "finetune_loss_final", "finetune_gap_pct",
              "loss_curve_run"]
-    last = ["sparse_execution", "reason", "record_id"]
+    last = ["sparse_execution", "reason", "record_id"] + [c for c in out.columns if c.endswith(("_lo", "_hi",
+                                                                                                 "_spread"))]
     middle = [c for c in out.columns if c not in first and c not in last]
     return out[first + middle + last].reset_index(drop=True)
 
@@ -234,7 +270,8 @@ def figures(df: pd.DataFrame) -> dict:
                                                              ordered=True))
             figs["sparsity_energy"] = plots.grouped_bars(
                 measured, x="config", y="tokens_per_j", facet="preset", group=["system", "precision", "execution"],
-                title="Training energy efficiency against weight sparsity", x_title="weight sparsity",
+                title="Training energy efficiency against weight sparsity", note=ENERGY_BARS,
+                x_title="weight sparsity",
                 y_title="tokens / J", hover=["tokens_per_s", "power_avg_w", "speedup_vs_dense"])
     curves = df[loss_curve_rows(df) & (df["status"] == "ok")] if "status" in df.columns else df.iloc[:0]
     if not curves.empty:
@@ -243,6 +280,15 @@ def figures(df: pd.DataFrame) -> dict:
         if not gaps.empty:
             figs["sparsity_loss_gap"] = _gap_figure(gaps)
     return figs
+
+
+# What the error bars of each figure are (said in the figure: a reader cannot tell them apart otherwise).
+THROUGHPUT_BARS = ("error bars: the range of sparse over dense tokens/s from both points' spreads "
+                   "(trials' IQR, widened to their runs)")
+ENERGY_BARS = ("one energy reading covers all of a point's trials: error bars only where a point ran more than "
+               "once (the runs' range)")
+GAP_BARS = (f"a loss is not timed, so no trial spread applies; error bars: the IQR of the per-step gap over "
+            f"the last {LOSS_WINDOW} steps (same batches)")
 
 
 def _throughput_presets(df: pd.DataFrame) -> set:
@@ -266,6 +312,7 @@ def _throughput_figure(t: pd.DataFrame):
     fig = plots.grouped_bars(t, x="config", y="speedup_vs_dense", facet="preset",
                              group=["system", "precision", "execution"],
                              title="Figure 7: training throughput relative to the dense model",
+                             note=THROUGHPUT_BARS,
                              x_title="weight sparsity", y_title="tokens/s relative to dense",
                              hover=["tokens_per_s", "sparsity_measured", "ideal_speedup"])
     facets = sorted(set(t["preset"]))
@@ -348,13 +395,15 @@ def _gap_figure(gaps: pd.DataFrame):
     rows = []
     for _, r in gaps.iterrows():
         # (labels sort in phase order: grouped_bars orders groups by name)
-        rows.append({**r.to_dict(), "phase": "sparse training", "gap": r["loss_gap_pct"]})
-        if pd.notna(r["finetune_gap_pct"]):
-            rows.append({**r.to_dict(), "phase": "then dense fine-tuning", "gap": r["finetune_gap_pct"]})
+        for phase, gap in (("sparse training", "loss_gap_pct"), ("then dense fine-tuning", "finetune_gap_pct")):
+            if pd.notna(r[gap]):
+                rows.append({**r.to_dict(), "phase": phase, "gap": r[gap], "gap_lo": r.get(f"{gap}_lo"),
+                             "gap_hi": r.get(f"{gap}_hi")})
     long = pd.DataFrame(rows)
     long["config"] = pd.Categorical(long["config"], categories=_order(long["config"]), ordered=True)
     fig = plots.grouped_bars(long, x="config", y="gap", facet="preset", group=["system", "phase"],
                              title=f"Final loss gap to dense (mean of the last {LOSS_WINDOW} steps of each phase)",
+                             note=GAP_BARS,
                              x_title="weight sparsity", y_title="loss above dense (%)",
                              hover=["loss_final", "sparsity_measured"])
     fig.add_hline(y=0.0, line_color="grey")

@@ -41,7 +41,7 @@ def block_flops(batch: int, seq_len: int, hidden: int, *, mlp_ratio: int = 4,
                 direction: str = "forward") -> int:
     """FLOPs of one transformer block on a (batch, seq_len, hidden) input.
 
-    Forward: 24*b*s*h^2 + 4*b*s^2*h for r = 4 (docs/study.md, Study 1). ``forward_backward``
+    Forward: 24*b*s*h^2 + 4*b*s^2*h for r = 4 (docs/study.md, "One transformer block"). ``forward_backward``
     is 3x forward.
     """
     tokens = batch * seq_len

@@ -14,7 +14,7 @@ Sources:
 - gpt2-13b: the paper's GenSLM 13B on SN30/A100 (44 layers, 64 heads, d 4992, vocab 71).
 - GenSLM (Zvyagin et al. 2022; ramanathanlab/genslm configs, vocab 69): 25M 8/8/512,
   250M 16/16/1152, 2.5B 30/32/2624, 25B 64/64/5760; the CS-2 GPT-3 XL variant 24/16/2048
-  with vocab 70 at sequence 10240 (docs/study.md, Study 3).
+  with vocab 70 at sequence 10240 (docs/study.md, "GenSLM").
 """
 from __future__ import annotations
 
@@ -57,5 +57,5 @@ SOURCES: dict[str, str] = {
     "genslm-debug": "a tiny GenSLM for tests", "genslm-25m": _GENSLM, "genslm-250m": _GENSLM,
     "genslm-2.5b": _GENSLM, "genslm-25b": _GENSLM,
     "gpt2-13b": "the paper's GenSLM 13B on SN30 and A100",
-    "genslm-gpt3-xl": "the paper's CS-2 GenSLM run: GPT-3 XL, vocabulary 70, sequence 10240 (docs/study.md, Study 3)",
+    "genslm-gpt3-xl": "the paper's CS-2 GenSLM run: GPT-3 XL, vocabulary 70, sequence 10240 (docs/study.md, GenSLM)",
 }
