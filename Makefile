@@ -18,13 +18,9 @@ PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CON
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Building accel-kit (pip install -e) writes accel_kit.egg-info in this folder: one build at a time, as
-# make test builds this environment and the Cerebras one side by side (flock where the system has it).
-BUILD_LOCK := $(if $(shell command -v flock),flock $(abspath .build.lock))
-
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(PIP) torch
-	$(BUILD_LOCK) $(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -47,17 +43,14 @@ run: install
 
 # Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
 # (make run runs the quick one), one pytest worker per core (TEST_WORKERS); results go to a scratch folder.
-# Then the Cerebras tests (test-cerebras), whose environment is built meanwhile, from the start: pip runs on
-# one core, so the two installs share the machine's two, and the Cerebras build (two minutes of CPU, a
-# download of gigabytes where the pip cache is cold) is mostly done before the tests start instead of
-# taking a core from them. CEREBRAS=0 leaves both out.
+# Then the Cerebras tests (test-cerebras), whose environment is built meanwhile (mostly a download: it overlaps the tests instead of adding to
+# them); CEREBRAS=0 leaves both out.
 CEREBRAS ?= 1
 # pytest-xdist workers: one per core (most of a test's time is a subprocess or a notebook kernel).
 TEST_WORKERS ?= auto
-test:
+test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	if [ "$(CEREBRAS)" != 0 ]; then $(MAKE) --no-print-directory cerebras > $$scratch/cerebras.log 2>&1 & fi; \
-	$(MAKE) --no-print-directory install || exit $$?; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks \
 	  --nbval-lax -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ "$(CEREBRAS)" != 0 ]; then \
@@ -82,11 +75,8 @@ CEREBRAS_KERNEL ?= accel-kit-cerebras
 $(CEREBRAS_BIN)/python:
 	$(PYTHON) -m venv $(CEREBRAS_VENV)
 
-# First what needs no build of accel-kit (the bulk: torch 2.4 and the Cerebras packages), then accel-kit
-# itself, editable, under the build lock.
 $(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/python
-	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt cerebras-pytorch pytest
-	$(BUILD_LOCK) $(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]'
+	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
 	$(CEREBRAS_BIN)/python -m ipykernel install --user --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
 	touch $@
 
