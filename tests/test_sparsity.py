@@ -388,39 +388,28 @@ def test_study_records_flops_both_ways_and_the_execution_path(out_dir):
 
 
 @pytest.mark.slow
-def test_sparse_pretrain_dense_finetune(out_dir):
-    run = studies.run_study("sparsity", "cpu", None, progress=False, sparsities=[0, 0.8],
-                            sparsity_patterns=["unstructured"], loss_steps=20, loss_warmup_steps=2,
-                            dense_finetune_steps=20, **(TINY | {"presets": ["gpt2-debug"]}))
-    df = run.df()
+def test_sparse_pretrain_dense_finetune_through_the_notebooks_calls(out_dir):
+    """Loss curves, dense against sparse, and the dense fine-tune after; through the calls the notebook's
+    cells make, in this process (nbval runs the notebook itself, as committed)."""
+    from training_notebooks import run_cells
+
+    df = run_cells("sparsity", out_dir, sparsities=[0, 0.8], sparsity_patterns=["unstructured"], loss_steps=20,
+                   loss_warmup_steps=2, dense_finetune_steps=20, **TINY)
+    assert set(df["status"]) == {"ok"}
+    # 2 throughput points (dense, 0.8) and the same 2 as 20-step loss-curve runs
+    assert len(df) == 4 and sorted(df["steps"]) == [2, 2, 20, 20]
+    assert (df["mfu_basis"].str.startswith("dense-equivalent")).all()
     curves = df[df["steps"] == 20]
-    assert len(curves) == 2 and set(curves["status"]) == {"ok"}
     assert all(len(v) == 22 for v in curves["losses"]) and all(len(v) == 20 for v in curves["finetune_losses"])
     # Both runs see the same tokens from the same initial weights: the first losses match. Not a
     # rounding bound: at init both predict near-uniformly (loss ~ log vocab) whatever is pruned, and
     # 5% is the slack for what pruning 80% of the small initial weights changes in that.
     first = list(curves["loss_first"])
     assert first[0] == pytest.approx(first[1], rel=0.05)
-    table = run.table()
+    table = studies.study_module("sparsity").table(df)
     rows = table[table["loss_curve_run"] & (table["config"] == "s=0.8")].iloc[0]
     assert rows["loss_gap_pct"] == pytest.approx(100 * (rows["loss_final"] / table[
         table["loss_curve_run"] & (table["config"] == "dense")]["loss_final"].iloc[0] - 1))
     assert math.isfinite(rows["finetune_gap_pct"])
-    figs = run.figures()
-    assert {"sparsity_throughput", "sparsity_loss_curves", "sparsity_loss_gap"} <= set(figs)
-
-
-
-@pytest.mark.slow
-def test_sparsity_notebook(out_dir):
-    """The notebook's cells' calls in this process (nbval runs the notebook itself, as committed)."""
-    from training_notebooks import run_cells
-
-    df = run_cells("sparsity", out_dir, sparsities=[0, 0.9], loss_steps=20, loss_warmup_steps=2,
-                   dense_finetune_steps=4, **TINY)
-    assert set(df["status"]) == {"ok"}
-    # 3 throughput points (dense, 0.9, 2:4) and the same 3 as 20-step loss-curve runs
-    assert len(df) == 6 and sorted(df["steps"]) == [2, 2, 2, 20, 20, 20]
-    assert (df["mfu_basis"].str.startswith("dense-equivalent")).all()
     for name in ("sparsity_throughput", "sparsity_loss_curves", "sparsity_loss_gap"):
         assert (out_dir / "sparsity" / "figures" / f"{name}.html").exists()

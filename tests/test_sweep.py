@@ -65,7 +65,7 @@ def test_kill_and_resume(out_dir):
             "-p", "precision", "bf16",  # fixed: auto re-probes per run, and a busy machine may tip it
             # The points run micro-batch-major: the two recorded before the kill are the two smallest
             # (GAS 1 and 2 at micro-batch 1), the four left hold 5/6 of the steps' work, each a fork, a
-            # model built and 20 optimizer steps: the kill, a poll (20 ms) after the second record, lands
-            # mid-sweep although points start in well under a second (the fork server).
-            "-p", "steps", "20"]
+            # model built and 8 optimizer steps (over 100 ms): the kill, a poll (20 ms) after the second
+            # record, lands mid-sweep although points start in well under a second (the fork server).
+            "-p", "steps", "8"]
     kill_and_resume(args, out_dir / "gas" / "cpu.jsonl", total=6)
