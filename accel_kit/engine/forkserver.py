@@ -80,6 +80,7 @@ PRELOAD = ("torch", "torch.distributed",
 # Not here: what only some points import (transformers' layers, seconds): such a point names them
 # (``Point.preload_modules``) and the server imports them before forking it, once per server.
 _MAX_PACKET = 1 << 20
+WAIT_SLICE_S = 0.2  # the longest a runner waits on its point's report before checking for signals
 _PR_SET_PDEATHSIG = 1
 
 
@@ -173,7 +174,11 @@ class ForkServer:
                 if left <= 0 and not timed_out:  # ask the server to kill the group, then wait for the reaping
                     report.shutdown(socket.SHUT_WR)
                     timed_out, left = True, None
-                report.settimeout(None if timed_out else max(left, 0.001))
+                # In slices: a signal (a Ctrl-C, a notebook's interrupt) delivered to another of this
+                # process's threads does not wake this wait, and Python raises KeyboardInterrupt only
+                # when the main thread comes back to run bytecode; a wait of the whole timeout held a
+                # Ctrl-C back for up to that long.
+                report.settimeout(WAIT_SLICE_S if timed_out else max(min(left, WAIT_SLICE_S), 0.001))
                 try:
                     msg = report.recv(_MAX_PACKET)
                 except socket.timeout:
