@@ -210,7 +210,10 @@ def test_records_say_which_path_started_the_point(probe_path, monkeypatch, tmp_p
 
 
 RUNNER = """
-import json, os, sys, time
+import json, os, signal, sys, time
+# Ctrl-C raises KeyboardInterrupt here, as in a terminal or a notebook's kernel, whatever this process
+# inherited: a shell's background job (make test run with &, nohup) starts with SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {tests!r})
 from accel_kit.engine import sweep
 from test_forkserver import Probe
