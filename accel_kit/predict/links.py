@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
 
+from accel_kit.engine.launch import free_port
 from accel_kit.errors import AccelKitError
 from accel_kit.predict.comm import Link, fit_link
 
@@ -69,7 +69,7 @@ def probe_link(system_id: str, ranks: int = 2, *, save: bool = True, root: str |
 
     load_system(system_id).adapter_instance()  # a one-line error when the device is missing
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
+        port = free_port()
         # Fresh interpreters (not multiprocessing's spawn, which re-runs the caller's __main__ script).
         procs = [subprocess.Popen([sys.executable, "-m", "accel_kit.predict.links", system_id, str(rank), str(ranks),
                                    str(port), tmp], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -91,12 +91,6 @@ def probe_link(system_id: str, ranks: int = 2, *, save: bool = True, root: str |
         write_json_atomic(path, {"bandwidth_GBps": link.bandwidth_GBps, "latency_us": link.latency_us,
                                  "source": link.source, "ranks": ranks, "times_s": times})
     return link
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _probe_rank(rank: int, world: int, system_id: str, port: int, out_dir: str) -> None:
