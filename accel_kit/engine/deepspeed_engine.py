@@ -34,6 +34,24 @@ def deepspeed_config(point, optim: OptimConfig, world: int, optimizer_params: di
     }
 
 
+def _skip_shared_memory_all_reduce() -> None:
+    """Tell DeepSpeed its shared-memory all-reduce cannot be built, so it reduces through the process group.
+
+    On a CPU, DeepSpeed's communication backend JIT-compiles that C++ op the first time it starts in an
+    environment (about 70 s on 2 cores, before the point's first step, inside its timeout). One rank has
+    nothing to reduce, so it is skipped there; several ranks keep DeepSpeed's own choice. DeepSpeed keeps its
+    compatibility table as one dict in ``deepspeed.ops`` so that edits to it hold; a version without it
+    simply builds the op.
+    """
+    try:
+        import deepspeed.ops
+        from deepspeed.ops.op_builder.cpu.comm import ShareMemCommBuilder
+
+        deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
+    except (ImportError, AttributeError, TypeError):
+        pass
+
+
 class DeepSpeedTrainer:
     """Same interface as ``accel_kit.engine.step.Trainer``: ``step()`` runs one optimizer step.
 
@@ -53,6 +71,8 @@ class DeepSpeedTrainer:
 
             raise UnavailableError("engine 'deepspeed' needs the deepspeed package: "
                                    "pip install 'accel-kit[deepspeed]'") from None
+        if world == 1:
+            _skip_shared_memory_all_reduce()
         config = deepspeed_config(point, optim, world, optimizer_params)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                                  config=config)
