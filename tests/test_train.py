@@ -102,6 +102,7 @@ def _ddp_rank(rank, world, port, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned gloo processes: about 9 s on 2 cores
 def test_two_process_ddp_equals_one_process(tmp_path):
     from accel_kit.engine.launch import free_port
 

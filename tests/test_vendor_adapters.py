@@ -122,6 +122,7 @@ def test_run_on_a_missing_sdk_exits_2_with_one_line(capsys):
                           "Python package habana_frameworks.torch from Intel Gaudi's software stack")
 
 
+@pytest.mark.slow  # a papermill kernel: about 6 s
 @needs_no_sdk
 def test_papermill_on_a_missing_sdk_ends_with_the_one_line(out_dir):
     """papermill exits with its own status (1) when a cell raises; what it prints last, and what the
