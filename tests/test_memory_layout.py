@@ -125,3 +125,27 @@ def test_the_fit_check_takes_the_points_layout():
     refused = check()
     assert refused["status"] == "unsupported" and refused["reason"].startswith("does not fit")
     assert check(devices=8, engine="fsdp") is None and check(devices=4, tp=4) is None
+
+
+def test_work_per_device_is_the_models_over_every_device_of_the_layout():
+    # tokens and model FLOPs per device: the step's over all devices (dp x tp x pp), whatever the layout;
+    # the model's FLOPs per token do not change with it
+    from accel_kit.engine.measurement import Context
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.train_measure import TrainMeasurement
+    from accel_kit.devices import get_adapter
+    import torch
+
+    def measure(**layout):
+        point = TrainPoint(system="cpu", preset="gpt2-debug", precision="fp32", micro_batch_size=4, seq_len=32,
+                           **layout)
+        return TrainMeasurement(point, Context(get_adapter("cpu"), torch.device("cpu"), world=point.devices))
+
+    one = measure()
+    for layout in ({"devices": 4, "tp": 2}, {"devices": 4, "pp": 2}, {"devices": 4, "tp": 4},
+                   {"devices": 4, "engine": "fsdp"}):
+        m, dp = measure(**layout), 4 // (layout.get("tp", 1) * layout.get("pp", 1))
+        assert m.flops_per_token == one.flops_per_token and m.base["dp"] == dp, layout
+        assert m.tokens_per_call == one.tokens_per_call * dp, layout  # the global batch: micro-batch x dp
+        assert m.tokens_per_call_per_device * 4 == m.tokens_per_call, layout
+        assert m.flops_per_call_per_device * 4 == m.flops_per_token * m.tokens_per_call, layout
