@@ -133,6 +133,14 @@ def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]
     return count(split.embedding), sum(p.numel() for p in getattr(model, split.blocks)[0].parameters()), count(split.head)
 
 
+def weights_per_device(cfg: Any, n_params: int, layout: Layout) -> int:
+    """Parameters one device computes with in ``layout`` (before FSDP's sharding over dp): its share of
+    the blocks' linears over tp and the rest whole, on a pipeline's larger end stage."""
+    family = family_of(cfg)
+    block_local = family.layer_weight_count(cfg) // layout.tp
+    return max(s.blocks * block_local + s.rest_weights for s in _stages(cfg, family, n_params, layout))
+
+
 def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
                              activation_checkpointing: bool = False, flash_attention: bool = True,
                              layout: Layout = Layout()) -> MemoryEstimate:
