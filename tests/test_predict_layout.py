@@ -52,8 +52,8 @@ def test_fsdp_gathers_twice_per_micro_batch_and_reduce_scatters_once():
 
 
 def _record(shape, step_s, mem_gib=0.5):
-    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len, "micro_batch_size": shape.micro_batch_size,
-              "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine,
+    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
+              "micro_batch_size": shape.micro_batch_size, "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine,
               "tp": shape.tp, "pp": shape.pp, "pp_microbatches": shape.pp_microbatches,
               "pp_schedule": shape.pp_schedule, "point_key": uuid.uuid4().hex[:16]}
     return {"record_id": uuid.uuid4().hex, "system": "cpu", "study": "scaling", "status": "ok", "params": params,

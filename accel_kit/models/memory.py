@@ -130,7 +130,8 @@ def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]
     def count(names: tuple[str, ...]) -> int:
         return sum(p.numel() for name in names for p in getattr(model, name).parameters())
 
-    return count(split.embedding), sum(p.numel() for p in getattr(model, split.blocks)[0].parameters()), count(split.head)
+    first_block = getattr(model, split.blocks)[0]
+    return count(split.embedding), sum(p.numel() for p in first_block.parameters()), count(split.head)
 
 
 def weights_per_device(cfg: Any, n_params: int, layout: Layout) -> int:
