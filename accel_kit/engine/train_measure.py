@@ -85,7 +85,9 @@ class TrainMeasurement(KindMeasurement):
     def _not_fit(self, est) -> dict | None:
         if fits(est, self.device_bytes):
             return None
-        return self.result("unsupported", f"does not fit: needs about {est.describe()}, device has "
+        p = self.point
+        return self.result("unsupported", f"does not fit: needs about {est.describe()} per device as "
+                                          f"{self.base['mesh']} ({p.engine}), device has "
                                           f"{self.device_bytes / GiB:.1f} GiB", mem_estimate_gib=est.total_bytes / GiB)
 
     def fit(self) -> dict | None:
