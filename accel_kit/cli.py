@@ -202,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--preset", default=None, help="model preset (default: the profile's)")
     pred.add_argument("--profile", default=None, help="params/what_if/<profile>.yaml (default: none)")
     pred.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
-                      help="devices, seq_len, micro_batch_size, gas, precision, engine, activation_checkpointing; "
+                      help="devices, seq_len, micro_batch_size, gas, precision, engine, tp, pp, cp, pp_microbatches, "
+                           "pp_schedule, activation_checkpointing; "
                            "VALUE is YAML (-p devices '[8, 64]')")
     pred.add_argument("--records", nargs="+", default=None,
                       help="output folders, .jsonl files or archives of them to fit on (default: outputs/)")

@@ -95,12 +95,36 @@ def kind_of_study(study: str) -> str:
     return "block" if study == "microbenchmark" else "train"
 
 
+# A training record's parallel layout as columns (``accel_kit.engine.layout``), at the training point's
+# defaults (``accel_kit.engine.point.TrainSpec``) where a record predates them: one model replica per
+# device, under the engine it names (ddp where it names none), no context parallelism.
+LAYOUT_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "cp": 1, "engine": "ddp"}
+
+
 def upgrade(record: dict) -> dict:
-    """A record of an older schema in the current one's shape (version 1 had no ``kind``); others as they are."""
+    """A record of an older schema in the current one's shape (version 1 had no ``kind``; a training
+    record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``); others as they are."""
     if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
         record = dict(record)
         record["kind"] = kind_of_study(record["study"])
+    if record.get("kind") == "train" and isinstance(record.get("params"), dict):
+        record = _with_layout(record)
     return record
+
+
+def _with_layout(record: dict) -> dict:
+    params, metrics = record["params"], record.get("metrics") or {}
+    missing = {k: v for k, v in LAYOUT_DEFAULTS.items() if k not in params}
+    dp = metrics.get("dp", metrics.get("data_parallel_size"))
+    derived = {}
+    if "dp" not in metrics and dp is not None:
+        derived["dp"] = dp
+    if "mesh" not in metrics and dp is not None:  # engine.layout.mesh_text's form, outermost first
+        layout = LAYOUT_DEFAULTS | params
+        derived["mesh"] = f"pp {layout['pp']} x dp {dp} x tp {layout['tp']}"
+    if not missing and not derived:
+        return record
+    return dict(record, params=missing | params, metrics=metrics | derived)
 
 
 def _finite(value: Any) -> Any:

@@ -74,7 +74,8 @@ def main() -> int:
         print(f"no dense training records of {args.system} under {', '.join(folders)}")
         return 1
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        cols = ["study", "devices", "seq_len", "micro_batch_size", "gas", "runs", "measured_step_s", "run_spread",
+        cols = ["study", "devices", "tp", "pp", "engine", "seq_len", "micro_batch_size", "gas", "runs",
+                "measured_step_s", "run_spread",
                 "predicted_step_s", "step_error", "measured_mem_gib", "predicted_mem_gib", "mem_error"]
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
         for _, r in df[df["predicted_step_s"].isna()].iterrows():

@@ -95,3 +95,26 @@ def test_environment_has_provenance():
     for key in ("python", "torch", "transformers", "host", "git", "device", "math_mode"):
         assert key in env
     assert env["device"]["adapter"] == "cpu"
+
+
+def test_training_records_load_with_their_layout_columns(tmp_path):
+    # Records from before the parallel layouts (no tp, pp, cp, dp, mesh) load at the defaults, with the
+    # engine they name; a record with a layout keeps it; a block record gets none.
+    def train(params, metrics):
+        return results.make_record(study="scaling", system="cpu", status="ok", params=params, run_id="r",
+                                   metrics=metrics)
+
+    path = tmp_path / "cpu.jsonl"
+    for rec in (train({"devices": 2}, {"data_parallel_size": 2}),
+                train({"devices": 2, "engine": "deepspeed"}, {"data_parallel_size": 2}),
+                train({"devices": 4, "tp": 2, "engine": "fsdp"},
+                      {"data_parallel_size": 2, "dp": 2, "mesh": "pp 1 x dp 2 x tp 2"}),
+                results.make_record(study="microbenchmark", system="cpu", status="ok", params={"batch_size": 4},
+                                    run_id="r")):
+        results.append_record(path, rec)
+    df = results.load(path)
+    layout = df[["tp", "pp", "cp", "engine", "dp", "mesh"]].iloc[:3].to_dict("records")
+    assert layout == [{"tp": 1, "pp": 1, "cp": 1, "engine": "ddp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 1"},
+                      {"tp": 1, "pp": 1, "cp": 1, "engine": "deepspeed", "dp": 2, "mesh": "pp 1 x dp 2 x tp 1"},
+                      {"tp": 2, "pp": 1, "cp": 1, "engine": "fsdp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 2"}]
+    assert df[["tp", "engine", "dp", "mesh"]].iloc[3].isna().all()

@@ -16,7 +16,8 @@ from accel_kit.engine.attention import AttentionKernelUnavailable, attention_con
 from accel_kit.engine.eager import point_batches, programming_model
 from accel_kit.engine.layout import data_rank, mesh_text
 from accel_kit.engine.measurement import GiB, KindMeasurement, Window
-from accel_kit.models import build_model, count_params, estimate_training_memory, family_of, fits, get_config
+from accel_kit.models import (Layout, build_model, count_params, estimate_training_memory, family_of, fits,
+                              get_config)
 from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
 
@@ -79,13 +80,14 @@ class TrainMeasurement(KindMeasurement):
         p = self.point
         return estimate_training_memory(self.cfg, self.n_params, p.micro_batch_size, p.seq_len, p.precision,
                                         activation_checkpointing=p.activation_checkpointing,
-                                        zero_shards=self.ctx.world if p.engine == "deepspeed" else 1,
-                                        flash_attention=flash)
+                                        layout=Layout.of(p), flash_attention=flash)
 
     def _not_fit(self, est) -> dict | None:
         if fits(est, self.device_bytes):
             return None
-        return self.result("unsupported", f"does not fit: needs about {est.describe()}, device has "
+        p = self.point
+        return self.result("unsupported", f"does not fit: needs about {est.describe()} per device as "
+                                          f"{self.base['mesh']} ({p.engine}), device has "
                                           f"{self.device_bytes / GiB:.1f} GiB", mem_estimate_gib=est.total_bytes / GiB)
 
     def fit(self) -> dict | None:

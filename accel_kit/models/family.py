@@ -244,8 +244,12 @@ class Family(ABC):
     # --- memory
 
     @abstractmethod
-    def activation_bytes_per_layer(self, cfg: Any, micro_batch: int, seq_len: int, *, flash_attention: bool) -> int:
-        """Bytes one layer keeps for backward with 16-bit activations (Korthikanti et al. 2022's accounting)."""
+    def activation_bytes_per_layer(self, cfg: Any, micro_batch: int, seq_len: int, *, flash_attention: bool,
+                                   tp: int = 1) -> int:
+        """Bytes one layer keeps for backward with 16-bit activations (Korthikanti et al. 2022's accounting),
+        on one of ``tp`` tensor-parallel ranks: the tensors inside attention and the MLP (split by heads and
+        MLP width) divide by ``tp``; the norms' inputs and outputs and what lies between the blocks do not
+        (no sequence parallelism here), after Korthikanti et al. section 4.2."""
 
     @abstractmethod
     def layer_weight_count(self, cfg: Any) -> int:

@@ -35,16 +35,37 @@ class WhatIfParams(StudyParams):
     micro_batch_size: PositiveInt | None = None
     gas: PositiveInt = 1
     precision: PrecisionRequest | None = None
-    engine: Literal["ddp", "deepspeed"] = "ddp"
+    # The layout, as a training point takes it (accel_kit.engine.point.TrainSpec): devices = dp x tp x pp x cp.
+    engine: Literal["ddp", "fsdp", "deepspeed"] = "ddp"
+    tp: PositiveInt = 1  # tensor-parallel degree
+    pp: PositiveInt = 1  # pipeline stages
+    cp: PositiveInt = 1  # context-parallel degree (the sequence split)
+    pp_microbatches: PositiveInt | None = None  # chunks per micro-batch in the pipeline; None: pp
+    pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
     records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
 
     def check(self) -> None:
+        """Refuse, in one line, a preset not known or a layout that does not divide the devices."""
         from accel_kit.models import PRESETS
 
         if self.preset not in PRESETS:
             raise ParameterError(f"parameter 'preset': unknown model preset {self.preset!r}; known: "
                                  f"{', '.join(PRESETS)}")
+        split = self.tp * self.pp * self.cp
+        for n in self.devices if isinstance(self.devices, list) else [self.devices]:
+            if n % split:
+                raise ParameterError(f"parameter 'devices': {n} devices do not split into tp {self.tp} x pp "
+                                     f"{self.pp} x cp {self.cp} (dp = devices / (tp x pp x cp) must be a whole number)")
+        if self.engine == "deepspeed" and split > 1:
+            raise ParameterError("parameter 'engine': deepspeed runs data parallelism only (tp, pp and cp 1); "
+                                 "use ddp or fsdp")
+        if self.pp_microbatches is not None and self.pp == 1:
+            raise ParameterError("parameter 'pp_microbatches' needs pp above 1")
+        chunks = self.pp_microbatches or self.pp
+        if self.pp > 1 and self.micro_batch_size and self.micro_batch_size % chunks:
+            raise ParameterError(f"parameter 'micro_batch_size': {self.micro_batch_size} does not split into "
+                                 f"{chunks} pipeline chunks (pp_microbatches)")
 
 
 @dataclass
@@ -67,7 +88,9 @@ class WhatIf:
         """Each prediction's inputs and assumptions, in words."""
         lines = []
         for p in self.predictions:
-            lines.append(f"{p.system}, {p.shape.preset}, {p.shape.devices} device(s), seq {p.shape.seq_len}, "
+            layout = (f" (dp {p.shape.dp} x tp {p.shape.tp} x pp {p.shape.pp} x cp {p.shape.cp}, {p.shape.engine})"
+                      if p.shape.devices > 1 else "")
+            lines.append(f"{p.system}, {p.shape.preset}, {p.shape.devices} device(s){layout}, seq {p.shape.seq_len}, "
                          f"micro-batch {p.shape.micro_batch_size}, GAS {p.shape.gas}, {p.shape.precision}: "
                          f"{p.tokens_per_s:.4g} tokens/s, {p.memory_per_device_gib:.3g} GiB per device"
                          + ("" if p.fits is None else (" (fits)" if p.fits else " (does NOT fit)"))
@@ -135,7 +158,8 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
         shape = shape_for(params.preset, seq_len=params.seq_len or sys_desc.seq_len,
                           micro_batch_size=params.micro_batch_size or sys_desc.micro_batch_size, gas=params.gas,
                           devices=n, precision=precision, engine=params.engine,
-                          activation_checkpointing=params.activation_checkpointing)
+                          activation_checkpointing=params.activation_checkpointing, tp=params.tp, pp=params.pp,
+                          cp=params.cp, pp_microbatches=params.pp_microbatches, pp_schedule=params.pp_schedule)
         try:
             predictions.append(predictor.predict(shape))
         except AccelKitError as exc:  # e.g. no records and no datasheet: say so, predict the rest

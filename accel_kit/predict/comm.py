@@ -1,4 +1,5 @@
-"""Data-parallel communication by the alpha-beta model of ring collectives.
+"""A step's communication by the alpha-beta model of ring collectives: data parallelism's gradient
+sync (DDP, ZeRO-1), FSDP's gathers and reduce-scatter, tensor parallelism's activation all-reduces.
 
 A ring collective over ``n`` ranks moves its message in ``n - 1`` (reduce-scatter, all-gather)
 or ``2 (n - 1)`` (all-reduce = reduce-scatter + all-gather) steps of ``1/n`` of the message
@@ -47,6 +48,19 @@ def gradient_sync_s(grad_bytes: float, n: int, bandwidth_Bps: float, latency_s: 
         return collective_s("all_reduce", grad_bytes, n, bandwidth_Bps, latency_s)
     return (collective_s("reduce_scatter", grad_bytes, n, bandwidth_Bps, latency_s)
             + collective_s("all_gather", grad_bytes, n, bandwidth_Bps, latency_s))
+
+
+def fsdp_sync_s(gathers: int, param_bytes: float, grad_bytes: float, n: int, bandwidth_Bps: float,
+                latency_s: float) -> float:
+    """One optimizer step's FSDP traffic over ``n`` data-parallel ranks: ``gathers`` all-gathers of the
+    parameters (each ``param_bytes`` whole) and one reduce-scatter of the gradients (``grad_bytes``)."""
+    return (gathers * collective_s("all_gather", param_bytes, n, bandwidth_Bps, latency_s)
+            + collective_s("reduce_scatter", grad_bytes, n, bandwidth_Bps, latency_s))
+
+
+def tensor_parallel_s(count: int, message_bytes: float, n: int, bandwidth_Bps: float, latency_s: float) -> float:
+    """One optimizer step's tensor-parallel traffic: ``count`` all-reduces of ``message_bytes`` over ``n`` ranks."""
+    return count * collective_s("all_reduce", message_bytes, n, bandwidth_Bps, latency_s) if count else 0.0
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ fit is explained in ``accel_kit.predict.model``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from accel_kit.predict.comm import Link, gradient_sync_s
 from accel_kit.predict.nnls import nnls_relative
 from accel_kit.predict.records import group_key, shape_of_record
 from accel_kit.predict.shape import GiB, TERMS, StepShape
@@ -62,21 +62,37 @@ def fit_compute(records: list[dict]) -> ComputeFit:
                       + (f", {threads} host threads per rank" if threads else "") + ")")
 
 
-def fit_exposure(records: list[dict], compute: ComputeFit, link: Link) -> tuple[float, str]:
-    """The fraction of the modelled communication that shows in the step time, from multi-rank records."""
+def exposure_class(shape: StepShape) -> str:
+    """Which overlap a shape's data-parallel traffic has, so that each is fitted on its own records: DDP's
+    bucketed all-reduce (and ZeRO-1's reduce-scatter) overlap the backward; FSDP prefetches its gathers;
+    with tp or pp above 1 the engine all-reduces the gradients after the step's backward
+    (``accel_kit.engine.parallel``), which overlaps nothing."""
+    if shape.engine == "fsdp":
+        return "fsdp"
+    return "after backward" if shape.tp * shape.pp > 1 else "overlapped"
+
+
+def fit_exposure(records: list[dict], compute: ComputeFit, comm_of: Callable[[StepShape], tuple[float, float]],
+                 kind: str) -> tuple[float, str]:
+    """The fraction of the modelled data-parallel communication that shows in the step time, from the
+    multi-rank records whose traffic overlaps as ``kind`` (``exposure_class``). ``comm_of``: a shape's
+    modelled (data-parallel, tensor-parallel) seconds; the tensor-parallel all-reduces and a pipeline's
+    bubble are taken off the measured step first (they are modelled as exposed, ``Predictor.predict``)."""
     ratios = []
     for r in records:
         shape = shape_of_record(r)
-        if shape.devices < 2:
+        if shape.devices < 2 or exposure_class(shape) != kind:
             continue
-        comm = gradient_sync_s(shape.grad_bytes(), shape.devices, link.bandwidth_Bps, link.latency_s,
-                               zero1=shape.engine == "deepspeed")
-        if comm > 0:
-            ratios.append(max(0.0, (_single_rank_time(r) - compute.compute_s(shape)) / comm))
+        dp_s, tp_s = comm_of(shape)
+        if dp_s > 0:
+            stage_s = (compute.compute_s(shape) + tp_s) / (1 - shape.bubble_fraction)
+            ratios.append(max(0.0, (_single_rank_time(r) - stage_s) / dp_s))
     if not ratios:
-        return 1.0, "exposed communication: all of it (no multi-device records to fit the overlap; assumed, conservative)"
+        return 1.0, (f"exposed communication: all of it (no multi-device records whose data-parallel traffic "
+                     f"overlaps as this one's, {kind}, to fit the overlap; assumed, conservative)")
     value = float(np.median(ratios))
-    return value, f"exposed communication: {value:.2f} of the modelled time (median over {len(ratios)} multi-device records)"
+    return value, (f"exposed communication: {value:.2f} of the modelled data-parallel time (median over "
+                   f"{len(ratios)} multi-device records, {kind})")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from accel_kit.errors import AccelKitError
 from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import host_threads, shape_of_record, usable
 from accel_kit.predict.shape import GiB
+from accel_kit.results import LAYOUT_DEFAULTS
 
 
 def load_records(sources: Iterable[str | Path]) -> list[dict]:
@@ -52,7 +53,10 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
             steps = np.array([r["metrics"]["step_time_s"] for r in runs], dtype=float)
             mems = [r["metrics"]["mem_peak_gib"] for r in runs if r["metrics"].get("mem_peak_gib")]
             row = {"system": system, "study": rec.get("study"), "record_id": rec["record_id"],
-                   "runs": len(runs), "devices": rec["params"]["devices"], "seq_len": rec["params"]["seq_len"],
+                   "runs": len(runs), "devices": rec["params"]["devices"],
+                   # its layout (each point is predicted with its own, records.shape_of_record)
+                   **{k: rec["params"].get(k, default) for k, default in LAYOUT_DEFAULTS.items()},
+                   "seq_len": rec["params"]["seq_len"],
                    "micro_batch_size": rec["params"]["micro_batch_size"], "gas": rec["params"]["gas"],
                    "precision": rec["params"]["precision"],
                    "measured_step_s": float(np.median(steps)),

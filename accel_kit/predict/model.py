@@ -22,8 +22,18 @@ Step time on one data-parallel rank = compute + exposed communication:
 * **Communication** is the alpha-beta ring model (``accel_kit.predict.comm``) of the gradient
   all-reduce (DDP) or reduce-scatter + all-gather (ZeRO-1), once per optimizer step, over the
   system's link (``interconnect`` in its YAML, or a measured probe). The exposed fraction is
-  fitted from the system's multi-rank records; without them it is taken as 1 (no overlap with
-  backward), the conservative case, and listed among the assumptions.
+  fitted from the system's multi-rank records whose data-parallel traffic overlaps the same way
+  (``fits.exposure_class``); without them it is taken as 1 (no overlap with backward), the
+  conservative case, and listed among the assumptions.
+
+* **The layout** (dp x tp x pp x cp devices, ``StepShape``): a device computes its replica's work
+  over tp x cp for a stage's blocks (``StepShape.work``); engine fsdp replaces the gradient sync by
+  two all-gathers of the parameters per micro-batch and a reduce-scatter per step over dp;
+  tensor parallelism adds four all-reduces of a chunk's activations per block (Megatron-LM's two
+  in forward, two in backward) over the tensor-parallel group's link, exposed whole; a pipeline
+  stretches the stage's compute and tensor-parallel time by its bubble:
+
+      step = (compute + tensor-parallel) / (1 - (pp - 1) / (m + pp - 1)) + exposed x data-parallel
 
 * **Memory** per device starts from ``accel_kit.models.estimate_training_memory`` (the live
   tensors at the peak) and fits, over the system's measured peaks, the terms of ``MEMORY_TERMS``:

@@ -2,8 +2,10 @@
 
 ``Predictor.predict`` picks the comparable records for a shape (same precision and host threads,
 the model's own where there are enough), fits compute, exposure and memory on them
-(``accel_kit.predict.fits``) and adds the ring model of the gradient sync over the system's link
-(``comm``, ``links``). Without training records it falls back to the system's block
+(``accel_kit.predict.fits``) and adds, for the shape's layout, the ring models of the data-parallel
+traffic (DDP's or ZeRO-1's gradient sync, FSDP's gathers and reduce-scatter) over the system's link,
+of the tensor-parallel all-reduces over the tensor-parallel group's, and a pipeline's bubble
+(``comm``, ``links``, ``shape``). Without training records it falls back to the system's block
 microbenchmark rate or its datasheet peak at an assumed efficiency, and says so.
 """
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from accel_kit.predict.comm import Link, gradient_sync_s
-from accel_kit.predict.fits import MIN_FIT_RECORDS, ComputeFit, fit_compute, fit_exposure, fit_memory
+from accel_kit.predict.comm import Link, fsdp_sync_s, gradient_sync_s, tensor_parallel_s
+from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class, fit_compute, fit_exposure,
+                                    fit_memory)
 from accel_kit.predict.links import system_link
 from accel_kit.predict.records import group_key, usable
 from accel_kit.predict.shape import GiB, TERMS, StepShape
@@ -44,13 +47,17 @@ class Prediction:
     terms_s: dict[str, float]
     inputs: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    tensor_parallel_s: float = 0.0  # the tp all-reduces, in comm_s and exposed_comm_s
+    bubble_s: float = 0.0  # a pipeline's idle time, in step_time_s
 
     def row(self) -> dict[str, Any]:
         s = self.shape
-        return {"system": self.system, "preset": s.preset, "devices": s.devices, "seq_len": s.seq_len,
+        return {"system": self.system, "preset": s.preset, "devices": s.devices, "dp": s.dp, "tp": s.tp, "pp": s.pp,
+                "cp": s.cp, "engine": s.engine, "seq_len": s.seq_len,
                 "micro_batch_size": s.micro_batch_size, "gas": s.gas, "precision": s.precision,
                 "tokens_per_s": self.tokens_per_s, "step_time_s": self.step_time_s, "compute_s": self.compute_s,
-                "exposed_comm_s": self.exposed_comm_s, "scaling_efficiency": self.scaling_efficiency,
+                "exposed_comm_s": self.exposed_comm_s, "tensor_parallel_s": self.tensor_parallel_s,
+                "bubble_s": self.bubble_s, "scaling_efficiency": self.scaling_efficiency,
                 "memory_per_device_gib": self.memory_per_device_gib, "fits": self.fits, "basis": self.basis}
 
 
@@ -102,6 +109,22 @@ class Predictor:
     def link(self, devices: int) -> Link:
         return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe)
 
+    def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
+        """(data-parallel, tensor-parallel) seconds of ``shape``'s modelled traffic per step: the first over
+        ``dp_link``, the second over the tensor-parallel group's link (its tp ranks are neighbours on the
+        mesh, within one node where it has room)."""
+        dp_s = tp_s = 0.0
+        if shape.dp > 1:
+            bw, lat = dp_link.bandwidth_Bps, dp_link.latency_s
+            if shape.engine == "fsdp":
+                dp_s = fsdp_sync_s(*shape.fsdp_messages(), shape.dp, bw, lat)
+            else:
+                dp_s = gradient_sync_s(shape.grad_bytes(), shape.dp, bw, lat, zero1=shape.engine == "deepspeed")
+        if shape.tp > 1:
+            link = self.link(shape.tp)
+            tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), shape.tp, link.bandwidth_Bps, link.latency_s)
+        return dp_s, tp_s
+
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
         """Predict ``shape`` on this system, never using the records whose ids are in ``exclude``;
         ``threads``: only records made with that many host threads per rank (CPU ranks share cores)."""
@@ -130,34 +153,40 @@ class Predictor:
             basis = fit.basis.split(":", 1)[0]
             group = []
         compute_s = fit.compute_s(shape)
-        comm_s = 0.0
+        dp_s = tp_s = exposure = 0.0
         if shape.devices > 1:
             link = self.link(shape.devices)
-            comm_s = gradient_sync_s(shape.grad_bytes(), shape.devices, link.bandwidth_Bps, link.latency_s,
-                                     zero1=shape.engine == "deepspeed")
+            dp_s, tp_s = self.comm_s(shape, link)
             inputs.append(f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
                           f"step ({link.source})")
-            exposure, why = fit_exposure(group, fit, link) if group else (1.0, "exposed communication: all of it "
-                                                                           "(assumed, no records)")
-            (inputs if "median" in why else assumptions).append(why)
-        else:
-            exposure = 0.0
-        exposed = exposure * comm_s
-        step_s = compute_s + exposed
-        tokens_per_s = shape.tokens_per_step_per_device * shape.devices / step_s
+            if shape.tp > 1:
+                tp_link = self.link(shape.tp)
+                inputs.append(f"tensor-parallel link ({shape.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
+                              f"{tp_link.latency_us:.3g} us per ring step ({tp_link.source})")
+            if dp_s > 0:
+                kind = exposure_class(shape)
+                exposure, why = (fit_exposure(group, fit, lambda s: self.comm_s(s, link), kind) if group else
+                                 (1.0, "exposed communication: all of it (assumed, no records)"))
+                (inputs if "median" in why else assumptions).append(why)
+        # A pipeline's stage computes (and all-reduces over tp) for m chunk times of every m + pp - 1 the
+        # step lasts; the data-parallel traffic follows, its unoverlapped share exposed.
+        bubble = shape.bubble_fraction
+        stage_s = (compute_s + tp_s) / (1 - bubble)
+        step_s = stage_s + exposure * dp_s
+        exposed = exposure * dp_s + tp_s
+        tokens_per_s = shape.tokens_per_step_per_replica * shape.dp / step_s
         efficiency = (compute_s / step_s) if shape.devices > 1 else 1.0
         memory = fit_memory(group)
         (inputs if memory.records else assumptions).append(memory.describe())
         mem_gib = memory.bytes(shape) / GiB
         device_gib = _device_memory_gib(system)
-        assumptions.append("data parallelism only (no tensor or pipeline parallelism); every rank computes the "
-                           "same micro-batches")
+        assumptions += _layout_assumptions(shape)
         if shape.devices > system.devices_per_node:
             assumptions.append(f"{shape.devices} devices span {math.ceil(shape.devices / system.devices_per_node)} "
-                               f"nodes: the ring runs at the inter-node link's per-device share")
-        return Prediction(self.system, shape, step_s, compute_s, comm_s, exposed, tokens_per_s, efficiency, mem_gib,
+                               f"nodes: the data-parallel ring runs at the inter-node link's per-device share")
+        return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s, exposed, tokens_per_s, efficiency, mem_gib,
                           device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
-                          fit.terms_s(shape), inputs, assumptions)
+                          fit.terms_s(shape), inputs, assumptions, tp_s, stage_s * bubble)
 
     def _fallback_fit(self, shape: StepShape, system, inputs: list[str], assumptions: list[str]) -> ComputeFit:
         """Without training records: the system's block microbenchmark rate, else its datasheet peak x efficiency."""
@@ -189,6 +218,28 @@ class Predictor:
                                f"GPUs; not measured on {self.system}")
         inputs.append(why)
         return ComputeFit(self.system, shape.precision, None, rates, float("nan"), [], why)
+
+
+def _layout_assumptions(shape: StepShape) -> list[str]:
+    """What the model takes of ``shape``'s layout, in words."""
+    out = [f"layout dp {shape.dp} x tp {shape.tp} x pp {shape.pp} x cp {shape.cp}, engine {shape.engine}: each of "
+           f"the {shape.dp} replica(s) computes its own micro-batches"
+           + ("; the gradients synchronised over dp once per step" if shape.engine != "fsdp" else
+              "; FSDP gathers every micro-batch's parameters in forward and backward and reduce-scatters the "
+              "gradients once per step over dp")]
+    if shape.tp > 1:
+        out.append(f"tensor parallel {shape.tp}: a block's products split over its ranks, 4 all-reduces of a chunk's "
+                   "activations per block (6 with checkpointing), not overlapped with compute; norms, residuals "
+                   "and the head run whole on every rank (no sequence parallelism)")
+    if shape.pp > 1:
+        out.append(f"pipeline of {shape.pp} stages ({shape.pp_schedule}), {shape.microbatches} chunks per "
+                   f"micro-batch: a bubble of (pp - 1) / (m + pp - 1) = {shape.bubble_fraction:.0%} of the step; "
+                   f"the last stage ({shape.stage_layers} blocks and the head) sets the pace; the activations "
+                   "sent between stages are not modelled")
+    if shape.cp > 1:
+        out.append(f"context parallel {shape.cp}: the sequence splits over its ranks; their exchange of keys and "
+                   "values is not modelled")
+    return out
 
 
 def _device_memory_gib(system) -> float | None:

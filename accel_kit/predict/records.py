@@ -1,5 +1,6 @@
-"""Reading training records for the predictor: the shape a record measured, whether it can be
-learnt from, and which records are comparable (same system, precision and host threads)."""
+"""Reading training records for the predictor: the shape a record measured (its layout too; a record
+from before the layouts ran dp only), whether it can be learnt from, and which records are comparable
+(same system, precision and host threads)."""
 from __future__ import annotations
 
 from accel_kit.predict.shape import StepShape, shape_for
@@ -11,7 +12,9 @@ def shape_of_record(record: dict) -> StepShape:
     return shape_for(p["preset"], seq_len=p["seq_len"], micro_batch_size=p["micro_batch_size"], gas=p["gas"],
                      devices=p["devices"], precision=p["precision"], engine=p.get("engine", "ddp"),
                      activation_checkpointing=p.get("activation_checkpointing", False),
-                     vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math")
+                     vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math",
+                     tp=p.get("tp", 1), pp=p.get("pp", 1), cp=p.get("cp", 1), pp_microbatches=p.get("pp_microbatches"),
+                     pp_schedule=p.get("pp_schedule", "gpipe"))
 
 
 def host_threads(record: dict) -> int | None:

@@ -1,11 +1,22 @@
-"""The step shape: what one data-parallel rank computes per optimizer step, as work and memory terms.
+"""The step shape: what one device computes per optimizer step, as work and memory terms.
 
 ``StepShape.work`` counts the work of each of ``TERMS`` (the compute model's terms, explained in
 ``accel_kit.predict.model``) and ``StepShape.memory_work`` the bytes of each of ``MEMORY_TERMS``;
-``grad_bytes`` is what each rank synchronises. ``shape_for`` makes the shape of a model preset.
+``grad_bytes`` is what each rank synchronises over data parallelism, ``tensor_parallel_messages`` and
+``fsdp_messages`` what the other layouts send, ``bubble_fraction`` a pipeline's idle share.
+``shape_for`` makes the shape of a model preset.
+
+A layout is dp x tp x pp x cp devices (``accel_kit.models.Layout``): a replica's micro-batches are
+computed by its tp x pp x cp devices together, so each device's work is the replica's over tp and cp
+(a block's products split over the tensor-parallel ranks, the sequence over the context-parallel
+ones), for ceil(n_layers / pp) of the blocks (a pipeline's stage). The output projection and the
+softmax over the vocabulary run on the last stage, whole on every tensor-parallel rank (the head is
+replicated); so do the per-token elementwise ops across the width (norms, residuals, dropout: no
+sequence parallelism here), which the ``hidden_elementwise`` term counts whole.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +32,17 @@ TERMS = ("matmul_flops", "attention_flops", "hidden_elementwise", "vocab_element
 MEMORY_TERMS = ("runtime_baseline", "estimate", "accumulation_working_set")
 
 
+def pipeline_bubble(pp: int, microbatches: int) -> float:
+    """The idle share of a pipeline's step: (pp - 1) / (m + pp - 1) for m chunks over pp stages (GPipe and
+    1F1B alike: each stage waits pp - 1 chunk times to fill and to drain; Huang et al. 2019, GPipe, sec. 2.2)."""
+    return (pp - 1) / (microbatches + pp - 1)
+
+
 @dataclass(frozen=True)
 class StepShape:
-    """What one data-parallel rank computes per optimizer step (of any family: its shape and FLOP terms)."""
+    """What one device computes per optimizer step (of any family: its shape, FLOP terms and layout).
+
+    ``micro_batch_size`` and ``gas`` are one replica's; ``devices`` all of them, dp x tp x pp x cp."""
 
     preset: str
     n_layers: int
@@ -40,35 +59,112 @@ class StepShape:
     activation_checkpointing: bool = False
     flash_attention: bool = True
     cfg: Any = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
+    tp: int = 1  # tensor-parallel degree
+    pp: int = 1  # pipeline stages
+    cp: int = 1  # context-parallel degree (the sequence split)
+    pp_microbatches: int | None = None  # chunks per micro-batch in the pipeline; None: pp
+    pp_schedule: str = "gpipe"
 
     @property
-    def tokens_per_step_per_device(self) -> int:
+    def dp(self) -> int:
+        """Data-parallel replicas: the devices over tp x pp x cp."""
+        return self.devices // (self.tp * self.pp * self.cp)
+
+    @property
+    def microbatches(self) -> int:
+        """Chunks of a micro-batch in flight in the pipeline (1: no pipeline), as the training point has it."""
+        return (self.pp_microbatches or self.pp) if self.pp > 1 else 1
+
+    @property
+    def layout(self):
+        """The ``accel_kit.models.Layout`` of this shape (what the memory estimate takes)."""
+        from accel_kit.models import Layout
+
+        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, engine=self.engine,
+                      microbatches=self.microbatches, schedule=self.pp_schedule)
+
+    @property
+    def stage_layers(self) -> int:
+        """Blocks on a pipeline stage (the larger ones: ceil(n_layers / pp)); every block without one."""
+        return math.ceil(self.n_layers / self.pp)
+
+    @property
+    def bubble_fraction(self) -> float:
+        return pipeline_bubble(self.pp, self.microbatches)
+
+    @property
+    def tokens_per_step_per_replica(self) -> int:
         return self.micro_batch_size * self.seq_len * self.gas
 
     @property
+    def tokens_per_step_per_device(self) -> float:
+        """A replica's tokens per step over the devices that compute them together (tp x pp x cp)."""
+        share = self.tp * self.pp * self.cp
+        tokens = self.tokens_per_step_per_replica
+        return tokens // share if tokens % share == 0 else tokens / share
+
+    @property
     def flops_per_step_per_device(self) -> float:
+        """Model FLOPs per device per step (as records count them: the layout does not change the model's)."""
         return self.tokens_per_step_per_device * self.flop_terms.total()
 
     def work(self) -> np.ndarray:
-        """Work per optimizer step for each of ``TERMS``."""
-        tokens = self.tokens_per_step_per_device
+        """Work per optimizer step of one device (a pipeline's last stage, the busiest) for each of ``TERMS``."""
+        tokens = self.tokens_per_step_per_replica
         recompute = 4 / 3 if self.activation_checkpointing else 1.0
         backward = 1 + F.BACKWARD_TO_FORWARD
-        matmul = tokens * (self.flop_terms.matmul + self.flop_terms.logits)
-        attention = tokens * self.flop_terms.attention
+        L, tp, cp, stage = self.n_layers, self.tp, self.cp, self.stage_layers
+        # Exact integers over one division (a whole model on one device: the replica's counts exactly):
+        # the stage's share of the blocks' products over tp x cp, the head's over cp.
+        matmul = tokens * (self.flop_terms.matmul * stage + self.flop_terms.logits * L * tp) / (L * tp * cp)
+        attention = tokens * self.flop_terms.attention * stage / (L * tp * cp)
         return np.array([matmul * backward * recompute, attention * backward * recompute,
-                         tokens * self.n_layers * self.hidden * recompute, tokens * self.vocab,
-                         self.gas * self.n_layers, self.n_params], dtype=float)
+                         tokens * stage * self.hidden / cp * recompute, tokens * self.vocab / cp,
+                         self.gas * self.microbatches * stage, self.optimizer_params()], dtype=float)
+
+    def weights_per_device(self) -> int:
+        """Parameters one device computes with (``accel_kit.models.memory.weights_per_device``); the model's
+        own count without tensor or pipeline parallelism."""
+        if self.tp == 1 and self.pp == 1:
+            return self.n_params
+        from accel_kit.models.memory import weights_per_device
+
+        return weights_per_device(self.cfg, self.n_params, self.layout)
+
+    def optimizer_params(self) -> int:
+        """Parameters one device's AdamW updates: its weights, a 1/dp shard of them under FSDP."""
+        local = self.weights_per_device()
+        return local // self.dp if self.engine == "fsdp" else local
 
     def grad_bytes(self) -> int:
-        """Bytes of gradients each rank synchronises per step (bf16 models keep bf16 gradients)."""
+        """Bytes of gradients each rank synchronises per step over dp (bf16 models keep bf16 gradients)."""
         kind = spec(self.precision)
         # Gradients take the dtype the model is held in: under DDP that is the precision's model dtype
         # (bf16 for bf16; fp32 for fp16, whose autocast leaves the model fp32). DeepSpeed's bf16 and
         # fp16 modes hold the model itself in the 16-bit type (the fp32 master copy is the
         # optimizer's), so its gradients are 16-bit in both.
         per = kind.bytes_per_element if self.engine == "deepspeed" and kind.mixed else kind.model_dtype.itemsize
-        return self.n_params * per
+        return self.weights_per_device() * per
+
+    def tensor_parallel_messages(self) -> tuple[int, float]:
+        """(all-reduces per step, bytes of each) over the tp group: per block, the attention's and the MLP's
+        row-parallel outputs in forward and their column-parallel inputs' gradients in backward (2 + 2;
+        Shoeybi et al. 2019, Megatron-LM, sec. 3), 2 more where checkpointing recomputes the forward; each
+        a chunk's activations, b x s x h in the compute dtype (s / cp under context parallelism)."""
+        if self.tp == 1:
+            return 0, 0.0
+        per_block = 4 + (2 if self.activation_checkpointing else 0)
+        count = self.gas * self.microbatches * self.stage_layers * per_block
+        chunk = self.micro_batch_size / self.microbatches
+        return count, chunk * self.seq_len / self.cp * self.hidden * spec(self.precision).bytes_per_element
+
+    def fsdp_messages(self) -> tuple[int, int, int]:
+        """(all-gathers per step, bytes each, bytes of the gradients' reduce-scatter) over dp under FSDP:
+        every micro-batch gathers the parameters in the compute dtype for its forward and again for its
+        backward (FSDP2 frees them after the forward), and the step reduce-scatters the gradients once
+        (``set_requires_gradient_sync`` on the last micro-batch), in fp32 (the bf16 policy's reduce dtype)."""
+        local = self.weights_per_device()
+        return 2 * self.gas, local * spec(self.precision).bytes_per_element, local * 4
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
@@ -76,8 +172,7 @@ class StepShape:
 
         return estimate_training_memory(self.cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
                                         activation_checkpointing=self.activation_checkpointing,
-                                        flash_attention=self.flash_attention,
-                                        zero_shards=self.devices if self.engine == "deepspeed" else 1)
+                                        flash_attention=self.flash_attention, layout=self.layout)
 
     def memory_estimate_bytes(self) -> int:
         return self.memory_estimate().total_bytes
@@ -91,8 +186,9 @@ class StepShape:
 
 def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1, devices: int = 1,
               precision: str = "bf16", engine: str = "ddp", activation_checkpointing: bool = False,
-              vocab_size: int | None = None, flash_attention: bool = True) -> StepShape:
-    """The step shape of a model preset at these settings."""
+              vocab_size: int | None = None, flash_attention: bool = True, tp: int = 1, pp: int = 1, cp: int = 1,
+              pp_microbatches: int | None = None, pp_schedule: str = "gpipe") -> StepShape:
+    """The step shape of a model preset at these settings (``devices`` all of them: dp x tp x pp x cp)."""
     from accel_kit.models import count_params, family_of, get_config
 
     overrides: dict[str, Any] = {"seq_len": seq_len}
@@ -103,4 +199,5 @@ def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1,
     model = family.shape(cfg)
     return StepShape(preset, model.n_layers, model.hidden_size, model.vocab_size_model,
                      count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, micro_batch_size,
-                     gas, devices, precision, engine, activation_checkpointing, flash_attention, cfg=cfg)
+                     gas, devices, precision, engine, activation_checkpointing, flash_attention, cfg=cfg, tp=tp, pp=pp,
+                     cp=cp, pp_microbatches=pp_microbatches, pp_schedule=pp_schedule)

@@ -48,11 +48,15 @@ class GPT2(Family):
         return block_gemm_shapes(tokens, cfg.hidden_size, cfg.mlp_ratio)
 
     def activation_bytes_per_layer(self, cfg: GPTConfig, micro_batch: int, seq_len: int, *,
-                                   flash_attention: bool) -> int:
+                                   flash_attention: bool, tp: int = 1) -> int:
         # Korthikanti et al. 2022, section 4.1: s*b*h*(34 + 5*a*s/h) bytes at 16 bit; the second term is
-        # the stored score matrix, which flash / memory-efficient attention never materialises.
+        # the stored score matrix, which flash / memory-efficient attention never materialises. Under
+        # tensor parallelism (section 4.2, no sequence parallelism) s*b*h*(10 + 24/t + 5*a*s/(h*t)): the
+        # two LayerNorms' inputs (4 sbh), the attention's and the MLP's inputs (2 + 2 sbh) and their output
+        # dropout masks (1 + 1 sbh) are whole on every rank; Q, K, V, the scores, the GELU's input and
+        # output and the projections' inputs split by heads and MLP width.
         s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
-        return s * b * h * 34 + (0 if flash_attention else 5 * a * s * s * b)
+        return s * b * h * 10 + (s * b * h * 24 + (0 if flash_attention else 5 * a * s * s * b)) // tp
 
     def layer_weight_count(self, cfg: GPTConfig) -> int:
         return (4 + 2 * cfg.mlp_ratio) * cfg.hidden_size ** 2

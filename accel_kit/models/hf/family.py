@@ -116,7 +116,7 @@ class TransformersCausalLM(Family):
     # --- memory
 
     def activation_bytes_per_layer(self, cfg: HFConfig, micro_batch: int, seq_len: int, *,
-                                   flash_attention: bool) -> int:
+                                   flash_attention: bool, tp: int = 1) -> int:
         """Not known before allocation for an arbitrary architecture: 0, so the fit check counts what is
         known (weights, gradients, optimizer state, logits); a point that then runs out is an ``oom`` record."""
         return 0

@@ -77,7 +77,7 @@ class Llama3(Family):
     # --- memory
 
     def activation_bytes_per_layer(self, cfg: LlamaConfig, micro_batch: int, seq_len: int, *,
-                                   flash_attention: bool) -> int:
+                                   flash_attention: bool, tp: int = 1) -> int:
         """Bytes one layer keeps for backward, 16-bit activations (Korthikanti et al. 2022, section 4.1,
         adapted to RMSNorm, GQA and SwiGLU, with no dropout).
 
@@ -96,14 +96,19 @@ class Llama3(Family):
 
         In all 8 sbh + 4 sb (dq + dkv) + 8 sbf + 8 sb + attention's term; the residual adds keep
         nothing. (GPT-2's 34 sbh is the same count with dropout masks and 4h MLP.)
+
+        On one of ``tp`` tensor-parallel ranks (Korthikanti's section 4.2, no sequence parallelism) the
+        norms' terms and the two projections' inputs (8 sbh + 8 sb) stay whole; the per-head tensors
+        (q, k, v, attention's output, its logsumexp or probabilities) and SwiGLU's split by ``tp``.
         """
         s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
         dq, dkv, f = a * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden_size
         norms = 2 * (BYTES_16BIT * s * b * h + BYTES_FP32 * s * b)
         attention_in = BYTES_16BIT * s * b * (h + dq + 2 * dkv + dq)
         scores = BYTES_FP32 * a * s * b if flash_attention else BYTES_16BIT * a * s * s * b
-        mlp = BYTES_16BIT * s * b * (h + 4 * f)
-        return norms + attention_in + scores + mlp
+        whole = norms + 2 * BYTES_16BIT * s * b * h  # the norms, and qkv_proj's and gate_up_proj's inputs
+        split = BYTES_16BIT * s * b * (dq + 2 * dkv + dq) + scores + BYTES_16BIT * s * b * 4 * f
+        return whole + split // tp
 
     def layer_weight_count(self, cfg: LlamaConfig) -> int:
         """Weights of one layer's linears (q, k, v, o, gate, up, down); the two norms' 2h weights not counted."""
