@@ -156,15 +156,21 @@ def _cp_ranks(rank, world, port, out):
             torch.manual_seed(0)
             return build_model(preset, **overrides)
 
-        cp_model, lengths = model(), []
-        vocab = cp_model.lm_head.out_features
-        # what the model is given: the rank's shard, T / cp tokens (not the whole sequence, which would train
-        # as one process too)
-        cp_model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].shape[1]))
-        trainer = parallel_trainer(point, cp_model, point_batches(point, vocab, data_rank(point, rank)),
-                                   torch.device("cpu"), optim_for_point(point), family_of(preset))
-        results[preset] = {"cp": [trainer.step() for _ in range(STEPS)], "lengths": lengths,
-                           "positions_restored": all(t.shape[d] == SEQ for t, d in trainer.position_buffers)}
+        results[preset] = {}
+        # engine ddp (the gradients all-reduced over dp x cp) for both; FSDP over the flattened dp x cp mesh
+        # for GPT-2's
+        for engine in ("ddp", "fsdp") if preset == "gpt2-debug" else ("ddp",):
+            cp_model, lengths = model(), []
+            vocab = cp_model.lm_head.out_features
+            # what the model is given: the rank's shard, T / cp tokens (not the whole sequence, which would
+            # train as one process too)
+            cp_model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].shape[1]))
+            layout = point.model_copy(update={"engine": engine})
+            trainer = parallel_trainer(layout, cp_model, point_batches(point, vocab, data_rank(point, rank)),
+                                       torch.device("cpu"), optim_for_point(point), family_of(preset))
+            results[preset][engine] = {
+                "losses": [trainer.step() for _ in range(STEPS)], "lengths": lengths,
+                "positions_restored": all(t.shape[d] == SEQ for t, d in trainer.position_buffers)}
         trained.append((preset, point, model, vocab))
     dist.destroy_process_group()
     # one process on the whole sequence, the reference: each rank trains one family's, side by side
@@ -186,11 +192,13 @@ def test_the_trainer_under_torchs_context_parallel_trains_as_one_process(tmp_pat
     results = {preset: ranks[0][preset] | {"single": ranks[rank][preset]["single"]}
                for rank, preset in enumerate(PRESETS)}
     for preset in PRESETS:
-        cp, single = results[preset]["cp"], results[preset]["single"]
-        assert results[preset]["lengths"] == [SEQ // 2] * (STEPS * 2)  # every micro-batch sharded
-        assert results[preset]["positions_restored"]
-        # fp32, the same weights and data: each shard's loss mean and the gradients' cp average are the whole
-        # sequence's up to summation order (~1e-7 relative); the issue's bar of 1e-4 is the margin
-        assert len(cp) == len(single) == STEPS
-        for step, (a, b) in enumerate(zip(cp, single)):
-            assert abs(a - b) / abs(b) < 1e-4, f"{preset} step {step}: cp 2 {a} against one process {b}"
+        single = results[preset]["single"]
+        for engine in ("ddp", "fsdp") if preset == "gpt2-debug" else ("ddp",):
+            cp = results[preset][engine]
+            assert cp["lengths"] == [SEQ // 2] * (STEPS * 2)  # every micro-batch sharded
+            assert cp["positions_restored"]
+            # fp32, the same weights and data: each shard's loss mean and the gradients' dp x cp average are
+            # the whole sequence's up to summation order (~1e-7 relative); the issue's bar of 1e-4 is the margin
+            assert len(cp["losses"]) == len(single) == STEPS
+            for step, (a, b) in enumerate(zip(cp["losses"], single)):
+                assert abs(a - b) / abs(b) < 1e-4, f"{preset} {engine} step {step}: cp 2 {a}, one process {b}"
