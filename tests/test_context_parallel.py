@@ -47,6 +47,15 @@ def test_bad_context_parallel_layouts_answer_in_one_line(fields, message):
     assert "\n" not in str(info.value)
 
 
+def test_a_transformers_model_is_refused_cp(tmp_path):
+    from transformers import Qwen2Config
+
+    Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=256, max_position_embeddings=64).save_pretrained(tmp_path)
+    with pytest.raises(ParameterError, match="the hf family's model does not take its positions as buffers"):
+        check_layout(_point(f"hf:{tmp_path}"))
+
+
 def test_context_parallel_layout_places_the_data():
     point = _point(devices=4)
     check_layout(point)
@@ -84,6 +93,21 @@ def test_a_cpu_cp_point_is_unsupported_before_anything_runs():
     assert "context parallelism does not run on a CPU" in result["reason"]
     assert "_scaled_dot_product_flash_attention_for_cpu" in result["reason"]
     assert not dist.is_initialized()
+
+
+def test_the_adapters_say_where_context_parallelism_runs():
+    from accel_kit.devices.accelerator import AcceleratorAdapter
+    from accel_kit.devices.base import BaseAdapter
+    from accel_kit.devices.cuda import CUDAAdapter
+    from accel_kit.devices.rocm import ROCmAdapter
+
+    assert CUDAAdapter().unsupported_context_parallel() is None  # the device type's kernels, no GPU asked
+    assert ROCmAdapter().unsupported_context_parallel() is None  # a ROCm build's torch.cuda, the same aten ops
+    xpu = AcceleratorAdapter()
+    xpu.configure({"device_type": "xpu"})
+    assert "does not run on xpu" in xpu.unsupported_context_parallel()
+    # an adapter that says nothing (a vendor's programming model) is refused, not assumed to run it
+    assert "not known to run on adapter 'base'" in BaseAdapter().unsupported_context_parallel()
 
 
 def _position_local_attention(q, k, v):

@@ -5,6 +5,7 @@ LayerNorm, biases, the output projection tied to the embedding (Radford et al. 2
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block

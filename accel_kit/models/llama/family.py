@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import nn
 
 import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
