@@ -47,7 +47,7 @@ _DECLARED = [
     Metric("global_batch_size", "samples", "samples per optimizer step over all replicas", T),
     Metric("data_parallel_size", "1", "data-parallel replicas", T),
     Metric("dp", "1", "data-parallel degree, devices / (tp x pp): data_parallel_size, named as tp and pp are", T),
-    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x tp (accel_kit.engine.layout)", T),
+    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp (accel_kit.engine.layout)", T),
     Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas", T),
     Metric("flops_source", "text", "where the FLOPs come from: analytic (our family's formulas) or counted "
                                    "(torch's FLOP counter on fake tensors, the hf family)", T),

@@ -30,15 +30,15 @@ def _point(preset="gpt2-debug", devices=1, **fields):
 
 
 def test_resume_keys_unchanged_at_the_default_layout():
-    # The keys this point had before tp, pp, pp_microbatches and pp_schedule existed (computed at commit
+    # The keys this point had before tp, pp, pp_microbatches, pp_schedule and cp existed (computed at commit
     # 227567e): a record measured then resumes as the same point.
     fields = dict(system="cpu", preset="gpt2-debug", precision="fp32", micro_batch_size=2, seq_len=16, devices=2)
     assert TrainPoint(**fields).key() == "0552ec7a343ab16d"
     assert TrainPoint(**fields).frontier_key() == "ad469254ee92c1dc"
     assert TrainPoint(**fields, engine="deepspeed").key() == "a6b32a26e7f7844a"
     others = {TrainPoint(**fields, **change).key() for change in
-              ({}, {"tp": 2}, {"engine": "fsdp"}, {"pp": 2}, {"pp": 2, "pp_schedule": "1f1b"})}
-    assert len(others) == 5
+              ({}, {"tp": 2}, {"engine": "fsdp"}, {"pp": 2}, {"pp": 2, "pp_schedule": "1f1b"}, {"cp": 2})}
+    assert len(others) == 6
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -132,7 +132,7 @@ def test_fsdp_and_tensor_parallel_train_as_ddp_and_one_process(preset, tmp_path)
     _assert_same_losses(_losses(fsdp), _losses(ddp), "fsdp against ddp")
     _assert_same_losses(_losses(tp), single, "tp 2 against one process")
     assert [(r["metrics"]["dp"], r["metrics"]["mesh"]) for r in (fsdp, tp)] == [
-        (2, "pp 1 x dp 2 x tp 1"), (1, "pp 1 x dp 1 x tp 2")]
+        (2, "pp 1 x dp 2 x cp 1 x tp 1"), (1, "pp 1 x dp 1 x cp 1 x tp 2")]
     if preset == "gpt2-debug":
         # bf16: FSDP's policy casts the fp32 shards per forward, DDP holds bf16 weights with fp32 masters;
         # both start from the same bf16-rounded weights, so the first step's loss agrees to bf16's rounding

@@ -195,6 +195,15 @@ class AcceleratorAdapter(BaseAdapter):
     def fused_optimizer(self) -> bool:
         return fused_adamw_available(self.backend())
 
+    def unsupported_context_parallel(self) -> str | None:
+        # torch's ring attention takes over the fused SDPA ops of the cuda device type (flash, memory-efficient,
+        # cuDNN; a ROCm build dispatches the same ops); no other backend's kernels have a handler there.
+        backend = self.backend()
+        if backend == "cuda":
+            return None
+        return (f"context parallelism does not run on {backend}: torch's context_parallel shards only the cuda "
+                "device type's fused SDPA kernels (flash, memory-efficient, cuDNN)")
+
     # --- provenance
 
     def device_name(self, index: int = 0) -> str:

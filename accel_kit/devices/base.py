@@ -184,6 +184,14 @@ class BaseAdapter:
         programming model (recorded as ``unsupported``); None if it can."""
         return None
 
+    def unsupported_context_parallel(self) -> str | None:
+        """Why a training point with context parallelism (cp above 1: torch's ``context_parallel``, ring
+        attention over the ranks' sequence shards) cannot run here; None if it can. torch's context
+        parallelism shards only the fused SDPA kernels of CUDA (flash, memory-efficient, cuDNN), so a device
+        says None only where those run."""
+        return (f"context parallelism is not known to run on adapter {self.name!r}: torch's context_parallel "
+                "shards only CUDA's fused SDPA kernels (flash, memory-efficient, cuDNN)")
+
     def unsupported_block(self, point: Any) -> str | None:
         """Why the one-block microbenchmark point ``point`` cannot run here; None if it can."""
         return None

@@ -154,6 +154,13 @@ class CPUAdapter(BaseAdapter):
         # CPU kernels run synchronously in the calling thread pool: nothing is queued.
         pass
 
+    def unsupported_context_parallel(self) -> str | None:
+        # Measured here (torch 2.13, gloo): under context_parallel the CPU's SDPA fails with "Operator
+        # aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy registered".
+        return ("context parallelism does not run on a CPU: torch's context_parallel shards CUDA's flash, "
+                "memory-efficient and cuDNN SDPA kernels only (under torch 2.13 the CPU's, "
+                "aten._scaled_dot_product_flash_attention_for_cpu, has no sharding strategy registered)")
+
     def supported_precisions(self) -> tuple[str, ...]:
         # All three run; whether bf16/fp16 run at speed is measured (precision_support).
         return ("fp32", "fp16", "bf16")

@@ -4,7 +4,8 @@ Points (``accel_kit.engine.point``) are data; this table gives each kind its mea
 ``KindMeasurement`` run through the shared path of ``accel_kit.engine.measurement``, or a
 function of its own where the path does not apply) and the adapter's check of whether the
 device's programming model can run it at all. So no adapter switches on a kind's name: each
-answers ``unsupported_train``, ``unsupported_block`` and ``unsupported_peak``.
+answers ``unsupported_train``, ``unsupported_block`` and ``unsupported_peak`` (and, for a training point's
+layout, what ``accel_kit.engine.layout.unsupported_on_device`` asks it).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Callable
 
 from accel_kit.engine import measurement
 from accel_kit.engine.block_measure import BlockMeasurement
+from accel_kit.engine.layout import unsupported_on_device
 from accel_kit.engine.measurement import Context
 from accel_kit.engine.train_measure import TrainMeasurement
 
@@ -36,7 +38,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "train": Kind(lambda point, ctx: measurement.run(TrainMeasurement(point, ctx)),
-                  lambda adapter, point: adapter.unsupported_train(point)),
+                  lambda adapter, point: adapter.unsupported_train(point) or unsupported_on_device(point, adapter)),
     "block": Kind(lambda point, ctx: measurement.run(BlockMeasurement(point, ctx)),
                   lambda adapter, point: adapter.unsupported_block(point)),
     "peak": Kind(measure_peak, lambda adapter, point: adapter.unsupported_peak(point)),

@@ -1,9 +1,11 @@
-"""A training point's parallel layout, checked before anything runs: data x tensor x pipeline parallel.
+"""A training point's parallel layout, checked before anything runs: data x tensor x pipeline x context parallel.
 
-The devices split as ``pp`` pipeline stages x ``dp`` data-parallel replicas x ``tp`` tensor-parallel
-ranks, dp = devices / (tp x pp). What the model allows is the family's to say (its shape's heads and
-key/value heads, its blocks, whether it has a tensor-parallel plan); what the engine here has built
-is this module's. Every refusal is one ``ParameterError`` line (the CLI's exit status 2).
+The devices split as ``pp`` pipeline stages x ``dp`` data-parallel replicas x ``cp`` context-parallel
+ranks x ``tp`` tensor-parallel ranks, dp = devices / (tp x pp x cp). What the model allows is the
+family's to say (its shape's heads and key/value heads, its blocks, whether it has a tensor-parallel
+plan, whether its positions can be sharded); what the engine here has built is this module's. Every
+refusal is one ``ParameterError`` line (the CLI's exit status 2); what depends on the device (whether
+its attention kernels take context parallelism) is the adapter's answer, an ``unsupported`` record.
 """
 from __future__ import annotations
 
@@ -11,19 +13,26 @@ from typing import Any
 
 from accel_kit.errors import ParameterError
 
-MESH_DIMS = ("pp", "dp", "tp")  # the device mesh's dimensions, outermost first
+# The device mesh's dimensions, outermost first (torchtitan's order): tp innermost, as its all-reduces run
+# in every block, then cp, whose ring exchanges keys and values once per block.
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+
+
+def mesh_sizes(point: Any) -> tuple[int, ...]:
+    """The mesh's size along each of ``MESH_DIMS``."""
+    return point.pp, point.data_parallel_size, point.cp, point.tp
 
 
 def mesh_text(point: Any) -> str:
-    """The layout as a record shows it: ``pp 1 x dp 2 x tp 1``."""
-    return " x ".join(f"{name} {size}" for name, size in zip(MESH_DIMS, (point.pp, point.data_parallel_size,
-                                                                           point.tp)))
+    """The layout as a record shows it: ``pp 1 x dp 2 x cp 1 x tp 1``."""
+    return " x ".join(f"{name} {size}" for name, size in zip(MESH_DIMS, mesh_sizes(point)))
 
 
 def data_rank(point: Any, rank: int) -> int:
     """Which share of the data ``rank`` trains on: its place along ``dp``. The ranks of one tensor-parallel
-    group (and of one pipeline) compute on the same micro-batch."""
-    return (rank // point.tp) % point.data_parallel_size
+    group, of one context-parallel group (each then takes its shard of the sequence) and of one pipeline
+    compute on the same micro-batch."""
+    return (rank // (point.tp * point.cp)) % point.data_parallel_size
 
 
 def check_layout(point: Any) -> None:
@@ -32,10 +41,12 @@ def check_layout(point: Any) -> None:
     Raises:
         ParameterError: the first problem, in one line.
     """
-    tp, pp, devices = point.tp, point.pp, point.replicas or point.devices
-    if devices % (tp * pp):
-        raise ParameterError(f"{devices} devices do not split into tp {tp} x pp {pp} (dp = devices / (tp x pp) "
-                             f"must be a whole number)")
+    tp, pp, cp, devices = point.tp, point.pp, point.cp, point.replicas or point.devices
+    if devices % (tp * pp * cp):
+        raise ParameterError(f"{devices} devices do not split into tp {tp} x pp {pp} x cp {cp} "
+                             f"(dp = devices / (tp x pp x cp) must be a whole number)")
+    if cp > 1:
+        check_context_parallel(point)
     if tp * pp == 1:
         _check_engine(point)
         return
@@ -82,3 +93,42 @@ def _check_engine(point: Any) -> None:
                              "use bf16 or fp32")
     if sharded and (point.sparsity > 0 or point.torch_compile):
         raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp or pp here")
+
+
+def check_context_parallel(point: Any) -> None:
+    """Refuse a context-parallel layout (cp above 1) that torch's ``context_parallel`` or the engine here
+    cannot take; whether the device can is ``unsupported_on_device``'s.
+
+    Raises:
+        ParameterError: the first problem, in one line.
+    """
+    from accel_kit.models import family_of
+
+    cp = point.cp
+    if point.seq_len % (2 * cp):
+        # torch's load balancing cuts the sequence into 2 x cp chunks and gives rank r chunks r and
+        # 2cp - 1 - r, so every rank holds as much of the causal mask as the others.
+        raise ParameterError(f"seq_len {point.seq_len} does not split into 2 x cp = {2 * cp} equal chunks "
+                             "(torch's load-balanced context-parallel sharding)")
+    if point.engine == "deepspeed":
+        raise ParameterError(f"engine deepspeed runs data parallelism only here (cp {cp}); use engine ddp or fsdp")
+    if point.pp > 1:
+        raise ParameterError("cp and pp together are not built here; use one of them")
+    if point.attention_kernel == "math":
+        raise ParameterError("cp needs a fused attention kernel: torch's context_parallel shards the flash, "
+                             "memory-efficient and cuDNN SDPA kernels only; use attention_kernel auto, flash "
+                             "or efficient")
+    if point.sparsity > 0 or point.torch_compile:
+        raise ParameterError("weight sparsity and torch_compile are not built for cp here")
+    family = family_of(point.preset)
+    if not family.context_parallel:
+        raise ParameterError(f"the {family.name} family's model does not take its positions as buffers that "
+                             "context parallelism can shard; use cp 1")
+
+
+def unsupported_on_device(point: Any, adapter: Any) -> str | None:
+    """Why the device cannot run the point's layout (recorded as ``unsupported`` before anything is
+    allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``."""
+    if point.cp > 1:
+        return adapter.unsupported_context_parallel()
+    return None

@@ -1,10 +1,20 @@
-"""Parallelism beyond DDP, on torch's own APIs: FSDP2, DTensor tensor parallelism, and the trainer for them.
+"""Parallelism beyond DDP, on torch's own APIs: FSDP2, DTensor tensor parallelism, context parallelism, and
+the trainer for them.
 
-The ranks form a device mesh ``(pp, dp, tp)`` (``torch.distributed.device_mesh``). Tensor parallelism is
+The ranks form a device mesh ``(pp, dp, cp, tp)`` (``torch.distributed.device_mesh``). Tensor parallelism is
 the family's plan (``Family.apply_tensor_parallel``: column-wise then row-wise linears per block, heads
 split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards every block, then the root, over
-``dp``. Under engine ddp with tensor parallelism the gradients are averaged over ``dp`` after the step's
-micro-batches (DDP itself takes no DTensor parameters).
+``dp`` (with ``cp`` folded in). Under engine ddp with tensor or context parallelism the gradients are
+averaged over ``dp`` (and ``cp``) after the step's micro-batches (DDP itself takes no DTensor parameters).
+
+Context parallelism is torch's ``context_parallel`` (``torch.distributed.tensor.experimental``), applied
+as torchtitan's train loop applies it: each micro-batch's forward and backward run inside it, which
+shards the tokens, the targets and the family's position buffers (``Family.position_buffers``) over the
+mesh's ``cp`` ranks in its load-balanced order and replaces SDPA by ring attention over their key/value
+shards. Each rank's loss is the mean over its shard's targets; the ranks' gradients are parts of one
+micro-batch's, averaged over cp with dp (so with no padded targets the step is one process's step over
+the whole sequence). It is written for CUDA and has not run here: torch's ring attention takes CUDA's
+fused SDPA kernels only, and a CPU point with cp above 1 is ``unsupported`` before it starts.
 
 ``ParallelTrainer`` is ``accel_kit.engine.step.Trainer`` with what sharded parameters change: bf16 under
 FSDP keeps fp32 (sharded) parameters and lets the mixed-precision policy cast them per forward (so no
@@ -25,14 +35,22 @@ from torch.distributed.tensor import DTensor
 from accel_kit.engine.step import Trainer, param_groups
 from accel_kit.precision import PrecisionSpec, spec
 
-from accel_kit.engine.layout import MESH_DIMS
+from accel_kit.engine.layout import MESH_DIMS, mesh_sizes
 
 
 def device_mesh(point: Any, device: torch.device) -> Any:
-    """The point's ranks as a ``(pp, dp, tp)`` mesh (over the process group the worker started)."""
+    """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device.type, (point.pp, point.data_parallel_size, point.tp), mesh_dim_names=MESH_DIMS)
+    return init_device_mesh(device.type, mesh_sizes(point), mesh_dim_names=MESH_DIMS)
+
+
+def gradient_mesh(point: Any, mesh: Any) -> Any:
+    """The ranks whose gradients are averaged: ``dp``, with ``cp`` folded in where it is above 1 (a
+    context-parallel group's ranks hold parts of one micro-batch's gradient), as torchtitan's ``dp_shard_cp``."""
+    if point.cp == 1:
+        return mesh["dp"]
+    return mesh["dp", "cp"]._flatten("dp_cp")
 
 
 def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) -> nn.Module:
@@ -56,7 +74,7 @@ def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> nn.Modu
         family.apply_tensor_parallel(model, mesh["tp"])
     if point.engine == "fsdp":
         blocks = getattr(model, family.pipeline_stages(model).blocks)
-        model = fsdp_wrap(model, blocks, mesh["dp"], point.precision)
+        model = fsdp_wrap(model, blocks, gradient_mesh(point, mesh), point.precision)
     return model
 
 
@@ -65,12 +83,50 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 class ParallelTrainer(Trainer):
-    """``Trainer`` over sharded parameters (FSDP2, tensor parallel); ``dp_group``: average the gradients
-    over it after each step's micro-batches (engine ddp with tensor parallelism); None: FSDP does, or dp 1."""
+    """``Trainer`` over sharded parameters (FSDP2, tensor parallel) or sequences (context parallel).
 
-    def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, **kwargs: Any):
+    ``dp_group``: average the gradients over it after each step's micro-batches (engine ddp with tensor or
+    context parallelism); None: FSDP does, or there is one replica. ``cp_mesh``: the context-parallel ranks
+    each micro-batch's sequence is sharded over, with the model's ``position_buffers`` (tensor, sequence
+    dimension) sharded too; ``cp_backends``: the SDPA kernels to restrict attention to there (None: as set
+    around the window). None: no context parallelism.
+    """
+
+    def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, cp_mesh: Any = None,
+                 position_buffers: list[tuple[torch.Tensor, int]] = (), cp_backends: list | None = None,
+                 **kwargs: Any):
         self.fsdp, self.dp_group = fsdp, dp_group
+        self.cp_mesh, self.position_buffers, self.cp_backends = cp_mesh, list(position_buffers), cp_backends
         super().__init__(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def sequence_context(self, x: torch.Tensor, y: torch.Tensor):
+        """Under context parallelism: ``x``, ``y`` (B, T) and the position buffers sharded in place along the
+        sequence (T / cp tokens each), and SDPA as torch's ring attention, for one micro-batch's forward and
+        backward (the backward's ring runs in it too)."""
+        if self.cp_mesh is None:
+            yield
+            return
+        from torch.distributed.tensor.experimental import context_parallel
+
+        with contextlib.ExitStack() as stack:
+            # The tokens and targets are this micro-batch's own, so they are not put back; the positions
+            # are, for the next micro-batch to shard again.
+            stack.enter_context(context_parallel(
+                self.cp_mesh, buffers=[x, y] + [t for t, _ in self.position_buffers],
+                buffer_seq_dims=[1, 1] + [dim for _, dim in self.position_buffers], no_restore_buffers={x, y}))
+            if self.cp_backends is not None:
+                from torch.nn.attention import sdpa_kernel
+
+                stack.enter_context(sdpa_kernel(self.cp_backends))
+            yield
+
+    def accumulate(self) -> torch.Tensor:
+        total = super().accumulate()
+        if self.cp_mesh is not None:  # each rank's loss is its shard's mean: the micro-batch's is their mean
+            dist.all_reduce(total, group=self.cp_mesh.get_group())
+            total /= self.cp_mesh.size()
+        return total
 
     def precision_spec(self, precision: str) -> PrecisionSpec:
         kind = spec(precision)
@@ -123,11 +179,39 @@ class ParallelTrainer(Trainer):
         super().optimizer_step()
 
 
+def context_parallel_kwargs(point: Any, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
+    """``ParallelTrainer``'s context-parallel arguments for ``point`` ({} where cp is 1)."""
+    if point.cp == 1:
+        return {}
+    buffers = family.position_buffers(model)
+    for t, dim in buffers:  # the model reads a buffer's first T entries: it must cover exactly the sequence
+        if t.shape[dim] != point.seq_len:
+            raise RuntimeError(f"a position buffer of {family.name} holds {t.shape[dim]} positions, not the "
+                               f"point's {point.seq_len}: context parallelism would shard it wrongly")
+    backends = None
+    if point.attention_kernel == "auto":  # torch's ring attention takes the fused kernels only, never math
+        from torch.nn.attention import SDPBackend
+
+        backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    return {"cp_mesh": mesh["cp"], "position_buffers": buffers, "cp_backends": backends}
+
+
+def _owned(batches: Any) -> Any:
+    """``batches`` with every tensor a copy of its own: context parallelism resizes them in place, and a
+    batch already on the device is not copied by ``Trainer``'s move."""
+    for x, y in batches:
+        yield x.clone(), y.clone()
+
+
 def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
                      **kwargs: Any) -> ParallelTrainer:
-    """The trainer of a point with engine fsdp or tp above 1: its mesh, its model sharded, its gradients' reduction."""
+    """The trainer of a point with engine fsdp, or tp or cp above 1: its mesh, its model sharded, its
+    gradients' reduction, its sequences' sharding."""
     mesh = device_mesh(point, device)
     model = parallelize(model, point, family, mesh)
-    dp_group = mesh["dp"].get_group() if point.engine == "ddp" and point.data_parallel_size > 1 else None
-    return ParallelTrainer(model, iter(batches), device, point.precision, point.gas, optim,
-                           fsdp=point.engine == "fsdp", dp_group=dp_group, **kwargs)
+    dp_group = None
+    if point.engine == "ddp" and point.data_parallel_size * point.cp > 1:
+        dp_group = gradient_mesh(point, mesh).get_group()
+    cp = context_parallel_kwargs(point, model, family, mesh)
+    return ParallelTrainer(model, _owned(batches) if cp else iter(batches), device, point.precision, point.gas,
+                           optim, fsdp=point.engine == "fsdp", dp_group=dp_group, **cp, **kwargs)

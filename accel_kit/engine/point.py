@@ -35,7 +35,7 @@ class TrainSpec(BaseModel):
     micro_batch_size: PositiveInt | None = None  # None: the system's (the paper's per-device batch)
     gas: PositiveInt = 1
     seq_len: PositiveInt | None = None  # None: the system's
-    devices: PositiveInt = 1  # ranks in all (one per device): data x tensor x pipeline parallel
+    devices: PositiveInt = 1  # ranks in all (one per device): data x tensor x pipeline x context parallel
     # ddp: torch's DDP (or, with tp or pp above 1, the gradients all-reduced over the data-parallel group);
     # fsdp: FSDP2's fully_shard per block then the root; deepspeed: DeepSpeed ZeRO-1 (accel_kit.engine.parallel).
     engine: Literal["ddp", "fsdp", "deepspeed"] = "ddp"
@@ -43,6 +43,9 @@ class TrainSpec(BaseModel):
     pp: PositiveInt = 1  # pipeline-parallel degree: the blocks split into pp stages, one per rank
     pp_microbatches: PositiveInt | None = None  # chunks each micro-batch splits into in the pipeline; None: pp
     pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
+    # context-parallel degree: each micro-batch's sequence split over cp ranks (torch's context_parallel,
+    # ring attention), which train on it together; where the device's SDPA kernels allow it (the adapter says)
+    cp: PositiveInt = 1
     steps: PositiveInt = 5  # timed optimizer steps
     warmup_steps: int = Field(default=2, ge=0)  # optimizer steps run first, timed apart
     data: str = "synthetic"  # synthetic | text (the embedded corpus) | a prepared data folder
@@ -74,7 +77,7 @@ class TrainSpec(BaseModel):
 
 # Fields added after records existed, left out of the key at these defaults so that every earlier
 # record's key is what it was (a point at the defaults is the point those records measured).
-KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe"}
+KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe", "cp": 1}
 
 
 def key_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -182,8 +185,9 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def data_parallel_size(self) -> int:
-        """Replicas of the model: the devices (or the adapter's replicas) over the tensor x pipeline layout."""
-        return (self.replicas or self.devices) // (self.tp * self.pp)
+        """Replicas of the model: the devices (or the adapter's replicas) over the tensor x pipeline x context
+        layout (the ranks of one context-parallel group train on one micro-batch, each on its sequence shard)."""
+        return (self.replicas or self.devices) // (self.tp * self.pp * self.cp)
 
     @property
     def microbatches(self) -> int:

@@ -183,6 +183,11 @@ class Trainer:
         no_sync = getattr(self.model, "no_sync", None)
         return contextlib.nullcontext() if last or no_sync is None else no_sync()
 
+    def sequence_context(self, x: torch.Tensor, y: torch.Tensor):
+        """The context one micro-batch's forward and backward run in (context parallelism shards ``x``, ``y``
+        and the model's positions there); none by default."""
+        return contextlib.nullcontext()
+
     def _graph_break(self) -> None:
         if self.graph_break is not None:
             self.graph_break()
@@ -196,7 +201,7 @@ class Trainer:
         for micro in range(self.gas):
             x, y = next(self.batches)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with self._no_sync(last=micro == self.gas - 1):
+            with self._no_sync(last=micro == self.gas - 1), self.sequence_context(x, y):
                 with self._autocast:  # forward and loss only: the backward runs outside autocast
                     _, loss = self.model(x, y)
                 loss = loss / self.gas  # mean over the accumulated micro-batches

@@ -43,6 +43,14 @@ def lm_loss(logits: Any, targets: Any) -> Any:
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
+def unique_tensors(tensors: Any) -> list[torch.Tensor]:
+    """``tensors`` with each one's data once (layers that share a table hold one tensor, or views of one)."""
+    seen: dict[tuple, torch.Tensor] = {}
+    for t in tensors:
+        seen.setdefault((t.data_ptr(), t.shape, t.stride()), t)
+    return list(seen.values())
+
+
 def unique_param_count(model: nn.Module) -> int:
     """Parameters counted once each (a tied output projection is the embedding's)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
@@ -271,6 +279,18 @@ class Family(ABC):
         """Shard every block of ``model`` over ``tp_mesh`` in place (heads and MLP width split, attention
         run on the local heads); the embedding, the final norm and the head stay replicated."""
         raise NotImplementedError(f"the {self.name} family has no tensor-parallel plan")
+
+    # The family's model reads everything it indexes by position from ``position_buffers``, so that context
+    # parallelism can shard them with the tokens; the layout check asks.
+    context_parallel: ClassVar[bool] = False
+
+    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
+        """The model's buffers indexed by sequence position (position ids, RoPE tables), each once, with its
+        sequence dimension; each is ``seq_len`` long along it, and the model reads its first T entries for
+        an input of T tokens. Context parallelism (``torch.distributed.tensor.experimental.context_parallel``)
+        replaces each, in place, by the entries of the rank's tokens, in its load-balanced order, so every
+        token of a shard keeps its own position."""
+        raise NotImplementedError(f"the {self.name} family's model takes no position buffers")
 
     # --- transformers
 

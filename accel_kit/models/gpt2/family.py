@@ -5,6 +5,7 @@ LayerNorm, biases, the output projection tied to the embedding (Radford et al. 2
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
@@ -85,6 +86,11 @@ class GPT2(Family):
             attn.n_heads //= tp
             # the bf16 fast path's custom autograd takes plain tensors, not DTensor weights
             attn.fast_path = block.mlp.fast_path = False
+
+    context_parallel = True
+
+    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
+        return [(model.position_ids, 0)]  # (seq_len,): the learned position table's row of each token
 
     def hf_config(self, cfg: GPTConfig):
         from accel_kit.models.gpt2.hf import hf_config

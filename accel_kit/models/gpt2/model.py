@@ -56,6 +56,9 @@ class GPT(nn.Module):
         self.activation_checkpointing = activation_checkpointing
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.seq_len, cfg.hidden_size)
+        # The positions the learned table is read at: 0 .. seq_len - 1, a buffer rather than an arange per
+        # forward so that context parallelism can shard it with the tokens (Family.position_buffers).
+        self.register_buffer("position_ids", torch.arange(cfg.seq_len), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.h = nn.ModuleList(Block(cfg.block) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size)
@@ -81,8 +84,7 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, h)
+        x = self.drop(self.wte(idx) + self.wpe(self.position_ids[:T]))  # (B, T, h)
         x = run_blocks(self.h, x, checkpointing=self.activation_checkpointing, training=self.training)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))

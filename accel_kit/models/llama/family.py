@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import nn
 
 import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
-from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
+from accel_kit.models.family import (Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block,
+                                     unique_tensors)
 from accel_kit.models.llama.config import LlamaConfig, RopeScaling
 from accel_kit.models.llama.model import Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
@@ -141,6 +143,14 @@ class Llama3(Family):
                         rowwise=["self_attn.o_proj", "mlp.down_proj"])
             attn.n_heads //= tp
             attn.n_kv_heads //= tp
+
+    context_parallel: ClassVar[bool] = True
+
+    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
+        # every layer's RoPE cos and sin tables, (seq_len, head_dim/2) each: one tensor shared by all layers
+        # until the model moves to another device, then one per layer
+        tables = [t for block in model.layers for t in (block.self_attn.rope_cos, block.self_attn.rope_sin)]
+        return [(t, 0) for t in unique_tensors(tables)]
 
     # --- transformers
 
