@@ -124,7 +124,7 @@ def test_the_fit_check_takes_the_points_layout():
 
     refused = check()
     assert refused["status"] == "unsupported" and refused["reason"].startswith("does not fit")
-    assert "per device as pp 1 x dp 1 x tp 1 (ddp), device has 40.0 GiB" in refused["reason"]
+    assert "per device as pp 1 x dp 1 x cp 1 x tp 1 (ddp), device has 40.0 GiB" in refused["reason"]
     assert check(devices=8, engine="fsdp") is None and check(devices=4, tp=4) is None
 
 
