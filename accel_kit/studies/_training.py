@@ -74,7 +74,8 @@ class TrainingParams(StudyParams, TrainSpec):
 
     timeout_s: float = Field(default=1800, gt=0)  # per point; a hung point is killed and recorded
     measure_peak: bool = True
-    launcher: Literal["local", "mpiexec", "mpirun", "srun"] = "local"
+    # local; or inside a batch job: mpiexec, mpirun, srun (every rank), torchrun (one per node, c10d rendezvous)
+    launcher: Literal["local", "mpiexec", "mpirun", "srun", "torchrun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
     # The study's axes: list parameter -> the TrainSpec field it sweeps (e.g. {"seq_lens": "seq_len"}).
     AXES: ClassVar[dict[str, str]] = {}
@@ -239,13 +240,24 @@ def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fi
     return [make_point(params, system, choice, **combo) for combo in combos]
 
 
-def all_points(params: AxesParams, system: System) -> list[TrainPoint]:
+def unresolved_precision(params: TrainingParams, system: System) -> PrecisionChoice:
+    """The precision asked for, not resolved on a device (a job script is written where its system's devices
+    are not): ``auto`` stands as fp32 for the layout's checks, which refuse only fp16."""
+    asked = requested_precision(params, system)
+    return PrecisionChoice(asked, "fp32" if asked == "auto" else asked, "as asked; resolved on the job's nodes")
+
+
+def all_points(params: AxesParams, system: System, precision: Callable[[TrainingParams, System], PrecisionChoice]
+               = resolve_precision) -> list[TrainPoint]:
     """The preset's points (``axis_points``), then each of ``also``'s over the same axes (those whose
-    ``systems`` include this one).
+    ``systems`` include this one). ``precision``: how a configuration's precision is resolved (by the
+    system's adapter; ``unresolved_precision`` where its devices are not at hand).
 
     Raises:
-        ParameterError: an ``also`` entry whose layout divides none of the device counts.
+        ParameterError: a layout the model or the engine cannot take, a device count it does not divide,
+            or an ``also`` entry whose layout divides none of the device counts.
     """
+    resolve_precision = precision
     points = axis_points(params, system, resolve_precision(params, system))
     check_also(params.also)
     for i, other in enumerate(params.also):
@@ -260,6 +272,19 @@ def all_points(params: AxesParams, system: System) -> list[TrainPoint]:
             raise ParameterError(f"parameter 'also[{i}]': its layout ({layout}) divides none of the device counts")
         points += mine_points
     return points
+
+
+def layout_lines(points: list[TrainPoint]) -> list[str]:
+    """What a job script says of its points' layouts: per configuration (model, precision, layout) the
+    devices it runs on and its data-parallel degree there."""
+    configs: dict[tuple[str, str, str], list[TrainPoint]] = {}
+    for p in points:
+        configs.setdefault((p.preset, p.precision, layout_label(p)), []).append(p)
+    lines = ["Layouts: the devices split as pp x dp x tp, dp = devices / (tp x pp) (accel_kit.engine.layout)"]
+    for (preset, precision, label), mine in configs.items():
+        shown = ", ".join(dict.fromkeys(f"{p.devices} (dp {p.data_parallel_size})" for p in mine))
+        lines.append(f"  {preset} {precision}: {label} (tp {mine[0].tp}, pp {mine[0].pp}) on {shown} devices")
+    return lines
 
 
 def layout_label(row: Any) -> str:
