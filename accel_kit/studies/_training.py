@@ -125,14 +125,18 @@ def resolve_precision(params: TrainingParams, system: System) -> PrecisionChoice
 def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, **axis) -> TrainPoint:
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
-    layout = system.device_adapter().layout(values["devices"])
+    adapter = system.device_adapter()
+    layout = adapter.layout(values["devices"], pp=values["pp"])
     values |= {"system": system.id, "devices_per_node": system.devices_per_node, "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
                "seq_len": values["seq_len"] or system.seq_len,
-               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call}
+               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call,
+               "pp": layout.pp or values["pp"]}  # (an IPU's pipeline is the device's: the point records it)
     point = TrainPoint(**values)
-    check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
+    if adapter.engine_layouts():
+        check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
+    # (else the programming model's own: its unsupported_train records what it cannot take, with the reason)
     return point
 
 
