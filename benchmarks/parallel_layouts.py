@@ -39,7 +39,7 @@ def main() -> int:
                     help="two-process layouts to run beside one process (default: all)")
     ap.add_argument("--preset", default="gpt2-small", help="model preset (default gpt2-small)")
     ap.add_argument("--seq-len", type=at_least(1), default=128)
-    ap.add_argument("--micro-batch", type=at_least(1), default=4)
+    ap.add_argument("--micro-batch", type=at_least(1), default=2)
     ap.add_argument("--steps", type=at_least(1), default=3, help="timed optimizer steps per point (default 3)")
     ap.add_argument("--precision", default="auto", help="fp32, bf16 or auto (default: auto, as the quick profiles)")
     args = ap.parse_args()

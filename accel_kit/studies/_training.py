@@ -261,8 +261,7 @@ def all_points(params: AxesParams, system: System, precision: Callable[[Training
         ParameterError: a layout the model or the engine cannot take, a device count it does not divide,
             or an ``also`` entry whose layout divides none of the device counts.
     """
-    resolve_precision = precision
-    points = axis_points(params, system, resolve_precision(params, system))
+    points = axis_points(params, system, precision(params, system))
     check_also(params.also)
     for i, other in enumerate(params.also):
         if not other.runs_on(system):
@@ -270,7 +269,7 @@ def all_points(params: AxesParams, system: System, precision: Callable[[Training
         changes = other.changes()
         # The study's own values, changed where the other model says so; its axis fields stay the study's lists.
         mine = params.model_copy(update={k: v for k, v in changes.items() if k in TrainSpec.model_fields})
-        mine_points = _product(mine, system, resolve_precision(mine, system), changes, dividing=True)
+        mine_points = _product(mine, system, precision(mine, system), changes, dividing=True)
         if not mine_points:
             layout = ", ".join(f"{f} {getattr(mine, f)}" for f in LAYOUT_FIELDS if f != "engine")
             raise ParameterError(f"parameter 'also[{i}]': its layout ({layout}) divides none of the device counts")
