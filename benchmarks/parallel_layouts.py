@@ -1,6 +1,6 @@
 """Tokens/s per device and scaling efficiency of the parallel layouts on two gloo processes, side by side.
 
-One small training point (default GPT-2 small, sequence 128, micro-batch 4, a few steps, synthetic
+One small training point (default GPT-2 small, sequence 128, micro-batch 2, a few steps, synthetic
 tokens) runs as one process, then as two processes in each layout asked for: DDP (dp 2), FSDP2
 (dp 2), tensor parallel 2, pipeline parallel 2. Every point goes through the scaling study's own
 path (``accel_kit.studies.run_study``: the sweep runner, a torchrun group, the worker, its record),
@@ -11,7 +11,10 @@ split one replica over the two processes (dp 1), so their global batch is half o
 
 On a CPU the two "devices" are processes sharing its cores (each gets half of them): the
 efficiency says what the layout's communication and split cost on this machine, not on GPUs.
-About 2 minutes on 2 cores with the defaults; ``--preset gpt2-debug`` takes seconds.
+Measured here with the defaults (2-core AMD EPYC shared with other jobs, load about 6, bf16 by
+``auto``, before pipeline parallelism was built, so pp2 was skipped): 2 min 43 s for the four points;
+tokens/s per device 75 (one process), 55 ddp (73 %), 45 fsdp (60 %), 40 tp 2 (53 %). On so loaded
+a machine these move by tens of percent between runs. ``--preset gpt2-debug`` takes about 1.5 min.
 
     python benchmarks/parallel_layouts.py
     python benchmarks/parallel_layouts.py --layouts ddp tp2 --steps 5 --preset llama3-small
