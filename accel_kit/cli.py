@@ -57,7 +57,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.devices import get_adapter
     from accel_kit.paths import writable_file
     from accel_kit.systems import load_system
-    from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, render_jobscript
+    from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, check_job, render_jobscript
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
     if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
@@ -71,20 +71,35 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                             f"not {scheduler!r}")
     # The system's own launch (a vendor launcher, its SDK's environment), else the scheduler's.
     adapter = get_adapter(system.adapter, system.options)
+    check_job(scheduler, system=system.id, nodes=args.nodes, devices_per_node=system.devices_per_node,
+              walltime=args.walltime)  # before the parameters, which take the node count too
     launch = adapter.job_launch(scheduler)
-    launcher = launch.launcher or SCHEDULER_LAUNCHER[scheduler]
+    if args.launcher and launch.launcher:
+        raise AccelKitError(f"system {system.id!r} starts its points with its own launcher ({launch.launcher}); "
+                            "--launcher does not apply")
+    launcher = args.launcher or launch.launcher or SCHEDULER_LAUNCHER[scheduler]
     overrides = [*launch.params, *((n, v) for n, v in args.param or [])]
-    path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
-    text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
-                            devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
-                            path=str(path), overrides=overrides, launcher=launcher, setup=launch.setup,
-                            directives=launch.directives, template=launch.template,
-                            tasks_per_node=adapter.layout(system.devices_per_node).processes)
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
     # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
     script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
-    studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
+    params = studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
+    # Its points' layouts checked here too (a tp that does not divide the heads is one line now), and said in it.
+    from accel_kit.studies._training import AxesParams, all_points, layout_lines, unresolved_precision
+
+    layout: list[str] = []
+    if isinstance(params, AxesParams):  # (GenSLM and sparsity make their points their own way)
+        params.check(system)
+        layout = layout_lines(all_points(params, system, unresolved_precision))
+
+    path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
+    text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
+                            devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
+                            path=str(path), overrides=overrides, launcher=params.launcher, setup=launch.setup,
+                            directives=launch.directives, template=launch.template,
+                            tasks_per_node=1 if params.launcher == "torchrun"
+                            else adapter.layout(system.devices_per_node).processes,
+                            layout=tuple(layout))
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
@@ -189,8 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--profile", default="full")
     job.add_argument("--walltime", default="01:00:00", help="HH:MM:SS (default: 01:00:00)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")
+    job.add_argument("--launcher", choices=["mpiexec", "srun", "torchrun"], default=None,
+                     help="how each point starts its ranks: mpiexec or srun (every rank), or torchrun (one per "
+                          "node, meeting at a c10d rendezvous on the first node); default: the scheduler's "
+                          "(mpiexec under PBS, srun under Slurm) or the system's own")
     job.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
-                     help="parameter override passed to the run")
+                     help="parameter override passed to the run (the layout too: -p tp 2, -p engine fsdp)")
     job.set_defaults(func=_cmd_jobscript)
 
     from accel_kit.data.cli import add_prepare_parser

@@ -31,7 +31,7 @@ LABELS = {
 }
 # The point's identity: said once above the table when every row shares it.
 IDENTITY = ("system", "preset", "model", "precision", "devices", "impl", "direction", "seq_len", "micro_batch_size",
-            "gas", "status", "vocab_size", "batch_size", "engine", "family")
+            "gas", "status", "vocab_size", "batch_size", "engine", "family", "layout", "dp", "tp", "pp", "cp")
 # What the spread column replaces: the trials' variation as raw numbers.
 REPLACED = ("time_cv", "noisy", "time_iqr_s")
 MAX_TEXT = 48  # characters of a reason shown in a cell; the full text is in the record

@@ -74,10 +74,11 @@ def clock(monkeypatch):
 
 def _point(system: str, **fields) -> TrainPoint:
     sysd = load_system(system)
-    layout = get_adapter(sysd.adapter, sysd.options).layout(fields.get("devices", 1))
+    layout = get_adapter(sysd.adapter, sysd.options).layout(fields.get("devices", 1), fields.get("pp", 1))
     values = dict(system=system, preset="gpt2-debug", vocab_size=VOCAB, precision=sysd.default_precision,
                   micro_batch_size=2, seq_len=SEQ, devices_per_node=sysd.devices_per_node, steps=1, warmup_steps=0,
-                  processes=layout.processes, replicas=layout.replicas, steps_per_call=layout.steps_per_call)
+                  processes=layout.processes, replicas=layout.replicas, steps_per_call=layout.steps_per_call,
+                  pp=layout.pp or fields.get("pp", 1))
     return TrainPoint(**(values | fields))
 
 
@@ -167,7 +168,9 @@ def test_import_accel_kit_and_the_vendor_adapters_imports_no_vendor_sdk():
 def test_layouts_map_devices_to_processes_replicas_and_steps():
     assert get_adapter("habana").layout(8) == get_adapter("cpu").layout(8)  # torch's data parallelism
     ipu = get_adapter("poptorch", {"ipus_per_replica": 4, "device_iterations": 8})
-    assert (ipu.layout(16).processes, ipu.layout(16).replicas, ipu.layout(16).steps_per_call) == (1, 4, 8)
+    # One process; the pipeline (pp) the system's 4 IPUs a replica, or the point's pp; replicas = devices / pp.
+    assert (ipu.layout(16).processes, ipu.layout(16).pp, ipu.layout(16).steps_per_call) == (1, 4, 8)
+    assert ipu.layout(16, pp=2).pp == 2 and ipu.layout(16).replicas == 16
     rdu = get_adapter("sambaflow", {"tiles_per_instance": 4})
     assert (rdu.layout(2).processes, rdu.layout(2).replicas) == (4, 4)  # two instances per RDU
 
@@ -420,7 +423,7 @@ def test_ipu_call_order_options_and_one_timed_call(standins, clock):
     options = {"ipus_per_replica": 2, "device_iterations": 3, "loss_scaling": 512}
     adapter = require_adapter("poptorch", options=options)
     runtime = programming_model(adapter)  # what the worker builds and steps the point with
-    point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, replicas=2, processes=1)
+    point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, pp=2)
     assert adapter.unsupported_train(point) is None
     model = runtime.prepare_model(_model(), point, adapter.prepare())
     assert next(model.parameters()).dtype == torch.float16  # model.half(), as Graphcore's GPT-2
@@ -454,7 +457,7 @@ def test_ipu_loss_is_the_summed_output_per_micro_batch(standins):
     standins(lambda calls: poptorch_factories(calls, loss_sum=4 * 3 * 2.0))  # Sum over gas 4 x 3 iterations
     adapter = require_adapter("poptorch", options={"ipus_per_replica": 2, "device_iterations": 3})
     runtime = programming_model(adapter)  # what the worker builds and steps the point with
-    point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, replicas=2, processes=1)
+    point = _point("bow-pod64", devices=4, gas=4, precision="fp16", steps_per_call=3, pp=2)
     trainer = runtime.make_trainer(point, runtime.prepare_model(_model(), point, adapter.prepare()),
                                    SyntheticBatches(VOCAB, SEQ, 2), adapter.prepare(), world=1)
     assert trainer.step() == pytest.approx(2.0)
@@ -464,7 +467,7 @@ def test_ipu_recomputation_is_poptorchs_checkpoint(standins):
     standins(poptorch_factories)
     adapter = require_adapter("poptorch", options={"ipus_per_replica": 1})
     runtime = programming_model(adapter)  # what the worker builds and steps the point with
-    model = runtime.prepare_model(_model(), _point("bow-pod64", devices=1, activation_checkpointing=True,
+    model = runtime.prepare_model(_model(), _point("bow-pod64", devices=1, pp=1, activation_checkpointing=True,
                                                    precision="fp16"), adapter.prepare())
     assert model.model.activation_checkpointing is False  # not torch.utils.checkpoint, which PopTorch cannot trace
     assert all(block._forward_hooks for block in model.model.h)
@@ -583,3 +586,49 @@ def test_gaudi_auto_mode_follows_the_environment_and_a_chosen_mode_stands(monkey
     # the paper's Gaudi2 runs lazy, as its Optimum Habana did, whatever the release
     assert load_system("gaudi2").options["execution_mode"] == "lazy"
     assert get_adapter("habana", {"execution_mode": "lazy"}).math_mode()["execution_mode"] == "lazy"
+
+
+# ------------------------------------------------------------------------- parallel layouts on vendors
+
+def test_vendor_adapters_answer_layouts_they_do_not_take_before_allocation():
+    """tp, pp and FSDP where a vendor's programming model cannot take them: an unsupported record's reason
+    (no SDK needed: the adapters answer from the point)."""
+    ipu = get_adapter("poptorch", load_system("bow-pod64").options)
+    assert "PopXL, not PopTorch" in ipu.unsupported_train(_point("bow-pod64", preset="gpt2-xl", devices=8, gas=128,
+                                                                 tp=2))
+    assert "FSDP" in ipu.unsupported_train(_point("bow-pod64", preset="gpt2-xl", devices=4, gas=128, engine="fsdp"))
+    cs2 = get_adapter("cerebras", load_system("cs2").options)
+    assert "without tensor or pipeline parallelism" in cs2.unsupported_train(_point("cs2", devices=1, tp=2))
+    rdu = get_adapter("sambaflow", load_system("sn30").options)
+    assert "tiles" in rdu.unsupported_train(_point("sn30", devices=1, pp=2))
+    assert "FSDP" in rdu.unsupported_train(_point("sn30", devices=2, engine="fsdp"))
+    gaudi = get_adapter("habana", {"execution_mode": "lazy"})
+    assert "Megatron-DeepSpeed" in gaudi.unsupported_train(_point("gaudi2", devices=2, tp=2, precision="bf16"))
+    assert "eager mode" in gaudi.unsupported_train(_point("gaudi2", devices=2, engine="fsdp", precision="bf16"))
+    eager_gaudi = get_adapter("habana", {"execution_mode": "eager"})
+    assert eager_gaudi.unsupported_train(_point("gaudi2", devices=2, engine="fsdp", precision="bf16")) is None
+    assert all(not a.engine_layouts() for a in (ipu, cs2, rdu)) and gaudi.engine_layouts()
+
+
+def test_the_ipu_pipeline_is_the_points_pp():
+    """On the IPU, pp is the replica's pipeline over its IPUs: the system's 4 where a point asks none (and
+    its record says so), the point's own otherwise; the replicas, poprun's words and the stages follow it.
+    The engine's own layout checks do not apply (a PopTorch pipeline's micro-batches are its GAS)."""
+    from accel_kit.devices import PrecisionChoice
+    from accel_kit.engine import sweep
+    from accel_kit.engine.layout import mesh_text
+    from accel_kit.studies import resolve
+    from accel_kit.studies._training import make_point
+
+    fp16 = PrecisionChoice("fp16", "fp16", "test")
+    params = resolve("scaling", "full", gas=128)
+    p = make_point(params, load_system("bow-pod64"), fp16, devices=16)
+    assert (p.pp, p.data_parallel_size, mesh_text(p)) == (4, 4, "pp 4 x dp 4 x tp 1")
+    p = make_point(params.model_copy(update={"pp": 2}), load_system("bow-pod64"), fp16, devices=16)
+    assert (p.pp, p.data_parallel_size, p.global_batch_size) == (2, 8, 128 * 8)
+    ipu = sweep._adapter_of("bow-pod64")
+    assert ipu.launch_prefix(p, "local")[2:4] == ["--num-replicas=8", "--ipus-per-replica=2"]
+    assert ipu.unsupported_train(p) is None and ipu.pipeline_stages(48, p.pp) == 3
+    # A layout the engine would refuse (tp with fp16) is the adapter's to answer, in the record.
+    p = make_point(params.model_copy(update={"tp": 2}), load_system("bow-pod64"), fp16, devices=16)
+    assert "tp 2" in ipu.unsupported_train(p)

@@ -200,9 +200,16 @@ class BaseAdapter:
         """Why the matmul-peak point ``point`` cannot be measured here; None if it can."""
         return None
 
-    def layout(self, devices: int) -> Layout:
-        """How a training point on ``devices`` devices runs: processes, data-parallel replicas, steps per call."""
+    def layout(self, devices: int, pp: int = 1) -> Layout:
+        """How a training point on ``devices`` devices, asking for ``pp`` pipeline stages, runs: processes,
+        data-parallel replicas, steps per call (and the pipeline degree where the device sets it)."""
         return Layout(processes=devices, replicas=devices)
+
+    def engine_layouts(self) -> bool:
+        """Whether the engine's parallel layouts and their checks (``accel_kit.engine.layout``: DDP, FSDP2,
+        DTensor tensor parallelism, torch's pipelines) apply here. False where the programming model maps a
+        point's layout itself: its ``unsupported_train`` then answers ``tp``, ``pp`` and ``engine``."""
+        return True
 
     def attention_kernel(self, point: Any) -> dict[str, Any] | None:
         """The attention-kernel fields of a record where torch's SDPA dispatch does not decide them; None: probe it."""

@@ -7,9 +7,11 @@ returns a callable that, per host call, runs ``deviceIterations`` optimizer step
 host tensors. Here, following Graphcore's GPT-2 example (graphcore/examples,
 ``nlp/gpt2/pytorch``):
 
-- one process drives all of a point's IPUs: ``replicas = devices / ipus_per_replica``, each
-  replica a pipeline over ``ipus_per_replica`` IPUs (``poptorch.BeginBlock`` per stage; the
-  embedding and the tied output projection on IPU 0, the blocks spread over the IPUs);
+- one process drives all of a point's IPUs: ``replicas = devices / pp``, each replica a pipeline
+  over ``pp`` IPUs (``poptorch.BeginBlock`` per stage; the embedding and the tied output
+  projection on IPU 0, the blocks spread over the IPUs). The point's ``pp`` is this pipeline:
+  ``-p pp N`` asks for N IPUs a replica, and a point that leaves pp at 1 takes the system's
+  ``ipus_per_replica`` (the paper's 4), which its record then says (``pp 4 x dp N/4 x tp 1``);
 - the global batch is micro-batch x replicas x gradient accumulation, and one host call
   trains that times ``device_iterations`` (the layout's ``steps_per_call``);
 - fp16 weights (``model.half()``) with fp16 partials, stochastic rounding and a static loss
@@ -22,7 +24,8 @@ host tensors. Here, following Graphcore's GPT-2 example (graphcore/examples,
   point's replicas) and takes its options from ``popdist.poptorch.Options``.
 
 What cannot map is recorded as ``unsupported`` with the reason: the one-block
-microbenchmark and the matmul peak (eager PyTorch on a torch device), DeepSpeed,
+microbenchmark and the matmul peak (eager PyTorch on a torch device), DeepSpeed, FSDP and
+tensor parallelism (torch.distributed's, which a PopTorch program does not run),
 ``torch.compile``, weight sparsity (masks re-applied on the host after each step), forced
 SDPA kernels, and a pipeline without enough gradient accumulation to fill it. There is no
 runtime memory statistic (memory is fixed when the program compiles), so peak memory is None.
@@ -119,35 +122,41 @@ class PopTorchAdapter(BaseAdapter):
 
     # --- the programming model
 
-    def layout(self, devices: int) -> Layout:
-        return Layout(processes=1, replicas=max(1, devices // self.options.ipus_per_replica),
-                      steps_per_call=self.options.device_iterations)
+    def layout(self, devices: int, pp: int = 1) -> Layout:
+        # The pipeline is the point's pp (IPUs a replica), or the system's ipus_per_replica where it asks none;
+        # the replicas are the devices over it (TrainPoint.data_parallel_size), as for torch's pipelines.
+        return Layout(processes=1, replicas=devices, steps_per_call=self.options.device_iterations,
+                      pp=pp if pp > 1 else self.options.ipus_per_replica)
+
+    def engine_layouts(self) -> bool:
+        return False  # PopTorch replicates and pipelines the compiled program itself
 
     def attention_kernel(self, point: Any) -> dict[str, Any] | None:
         return dict(COMPILED_ATTENTION)
 
-    def layers_per_ipu(self, n_layers: int) -> list[int]:
-        """Blocks on each IPU of a replica: the option, or spread evenly (the first IPUs take the remainder)."""
-        k = self.options.ipus_per_replica
+    def layers_per_ipu(self, n_layers: int, ipus: int | None = None) -> list[int]:
+        """Blocks on each of a replica's ``ipus`` (None: ``ipus_per_replica``): the option, or spread evenly
+        (the first IPUs take the remainder)."""
+        k = ipus or self.options.ipus_per_replica
         if self.options.layers_per_ipu is not None:
             return list(self.options.layers_per_ipu)
         return [n_layers // k + (1 if i < n_layers % k else 0) for i in range(k)]
 
-    def stage_starts(self, n_layers: int) -> dict[int, int]:
+    def stage_starts(self, n_layers: int, ipus: int | None = None) -> dict[int, int]:
         """Block index -> IPU where a new pipeline stage starts (on IPUs after the first that hold blocks)."""
         starts, first = {}, 0
-        for ipu, n in enumerate(self.layers_per_ipu(n_layers)):
+        for ipu, n in enumerate(self.layers_per_ipu(n_layers, ipus)):
             if ipu > 0 and n > 0:
                 starts[first] = ipu
             first += n
         return starts
 
-    def pipeline_stages(self, n_layers: int) -> int:
+    def pipeline_stages(self, n_layers: int, ipus: int | None = None) -> int:
         """Stages: the embedding's on IPU 0 (with IPU 0's blocks), one per later IPU with blocks, and the
         output projection back on IPU 0 (AutoIncrement gives a block that returns to an IPU a new stage)."""
-        if self.options.ipus_per_replica == 1:
+        if (ipus or self.options.ipus_per_replica) == 1:
             return 1
-        return 2 + len(self.stage_starts(n_layers))
+        return 2 + len(self.stage_starts(n_layers, ipus))
 
     def programming_model(self, eager: Any) -> Any:
         return PopTorchModel(self, eager)
@@ -161,11 +170,17 @@ class PopTorchAdapter(BaseAdapter):
         return "the matmul peak is timed with torch.mm on a torch device; PopTorch has no eager device to time it on"
 
     def unsupported_train(self, point: Any) -> str | None:
-        k = self.options.ipus_per_replica
+        k = point.pp  # IPUs a replica pipelines over (the system's ipus_per_replica where the point asked none)
         if point.devices % k:
-            return f"{point.devices} IPUs: a point needs a multiple of {k} (ipus_per_replica, one pipelined replica)"
+            return f"{point.devices} IPUs: a point needs a multiple of {k} (pp, one pipelined replica)"
         if point.engine == "deepspeed":
             return "DeepSpeed has no IPU backend: data parallelism on IPUs is PopTorch's replication factor"
+        if point.engine == "fsdp":
+            return ("FSDP shards with torch.distributed collectives between processes; PopTorch runs one compiled "
+                    "program over replicas it holds itself (its replicated tensor sharding is not written here)")
+        if point.tp > 1:
+            return (f"tp {point.tp}: PopTorch splits a model over IPUs as a pipeline (pp), not by tensor parallelism "
+                    "(Graphcore's tensor-parallel models are written in PopXL, not PopTorch)")
         if point.torch_compile:
             return "torch.compile does not apply: PopTorch compiles the model itself"
         if point.sparsity > 0:
@@ -177,10 +192,10 @@ class PopTorchAdapter(BaseAdapter):
 
         cfg = get_config(point.preset)
         n_layers = family_of(cfg).shape(cfg).n_layers
-        layers = self.layers_per_ipu(n_layers)
+        layers = self.layers_per_ipu(n_layers, k)
         if len(layers) != k or sum(layers) != n_layers:
             return f"layers_per_ipu {layers} must give {k} IPUs {n_layers} blocks in all"
-        stages = self.pipeline_stages(n_layers)
+        stages = self.pipeline_stages(n_layers, k)
         if k > 1 and point.gas < stages:
             return (f"a pipeline of {stages} stages over {k} IPUs needs gradient accumulation of at least {stages} "
                     f"to fill it, got gas {point.gas} (the paper used 128 and 1024)")
@@ -192,8 +207,8 @@ class PopTorchAdapter(BaseAdapter):
         if not self.options.poprun or launcher != "local" or getattr(point, "devices", None) is None \
                 or self.unsupported_train(point):
             return []
-        words = ["poprun", "--num-instances=1", f"--num-replicas={self.layout(point.devices).replicas}",
-                 f"--ipus-per-replica={self.options.ipus_per_replica}"]
+        words = ["poprun", "--num-instances=1", f"--num-replicas={point.data_parallel_size}",
+                 f"--ipus-per-replica={point.pp}"]
         if self.options.vipu_partition:
             words.append(f"--vipu-partition={self.options.vipu_partition}")
         return words
@@ -205,7 +220,8 @@ class PopTorchAdapter(BaseAdapter):
             "# Graphcore Poplar SDK: source its enable script and activate a virtualenv with the SDK's poptorch wheel",
             "# (not on PyPI), e.g.: source <sdk>/enable; source <venv>/bin/activate",
             f"# Each point runs as one process started by {starter}:",
-            f"# replicas = devices / {self.options.ipus_per_replica} IPUs per replica (the system's options).",
+            f"# replicas = devices / {self.options.ipus_per_replica} IPUs per replica (the system's options; "
+            "-p pp N pipelines over N).",
             "# A pipelined replica needs gradient accumulation to fill it: the paper ran -p gas 128 and 1024.",
         ))
 
@@ -232,12 +248,12 @@ class PopTorchModel(ProgrammingModel):
             model.activation_checkpointing = False
             for block in blocks:
                 block.register_forward_hook(lambda module, inputs, out: poptorch.recomputationCheckpoint(out))
-        if self.adapter.options.ipus_per_replica > 1:
+        if point.pp > 1:
             # A block starts a stage on its IPU; what follows stays there until the next block. The
             # embedding and the output projection (tied to it in GPT-2) on IPU 0, as in Graphcore's GPT-2.
             first, head = stages.embedding[0], stages.head[-1]
             setattr(model, first, poptorch.BeginBlock(getattr(model, first), first, ipu_id=0))
-            for i, ipu in self.adapter.stage_starts(len(blocks)).items():
+            for i, ipu in self.adapter.stage_starts(len(blocks), point.pp).items():
                 blocks[i] = poptorch.BeginBlock(blocks[i], f"block{i}", ipu_id=ipu)
             setattr(model, head, poptorch.BeginBlock(getattr(model, head), head, ipu_id=0))
         return LossOnly(model)
@@ -246,8 +262,9 @@ class PopTorchModel(ProgrammingModel):
                      after_step: Any = None) -> Any:
         import poptorch
 
-        return PopTorchTrainer(poptorch, point, model, iter(batches), self.adapter.options,
-                               self.adapter.layout(point.devices), self.eager)
+        # The data-parallel replicas and steps per call the point was made with (its pp IPUs each).
+        layout = Layout(processes=1, replicas=point.data_parallel_size, steps_per_call=point.steps_per_call)
+        return PopTorchTrainer(poptorch, point, model, iter(batches), self.adapter.options, layout, self.eager)
 
 
 def _under_poprun() -> bool:
@@ -315,7 +332,7 @@ class PopTorchTrainer:
         if _under_poprun():  # the replicas are poprun's (--num-replicas), as in Graphcore's examples
             import popdist.poptorch
 
-            opts = popdist.poptorch.Options(ipus_per_replica=options.ipus_per_replica)
+            opts = popdist.poptorch.Options(ipus_per_replica=point.pp)
         else:
             opts = poptorch.Options()
             opts.replicationFactor(layout.replicas)
@@ -325,7 +342,7 @@ class PopTorchTrainer:
         opts.outputMode(poptorch.OutputMode.Sum)
         opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings().useOnChipStorage(False))
         opts.randomSeed(point.seed)
-        if options.ipus_per_replica > 1:
+        if point.pp > 1:
             opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage.AutoIncrement))
         if half:
             opts.Precision.enableStochasticRounding(True)

@@ -209,6 +209,12 @@ class HabanaAdapter(BaseAdapter):
         if point.torch_compile and self.lazy:
             return ("torch.compile and lazy mode are exclusive on Gaudi: set execution_mode: eager in the system "
                     "file for torch.compile(backend='hpu_backend')")
+        if point.engine == "fsdp" and self.lazy:
+            return ("Intel documents FSDP on Gaudi in eager mode (with torch.compile), not in lazy mode: set "
+                    "execution_mode: eager in the system file")
+        if point.tp * point.pp > 1:
+            return (f"tp {point.tp}, pp {point.pp}: Intel documents tensor and pipeline parallelism on Gaudi through "
+                    "DeepSpeed and Megatron-DeepSpeed, not torch's DTensor plans and pipelines that this engine uses")
         return None
 
     def job_launch(self, scheduler: str) -> JobLaunch:

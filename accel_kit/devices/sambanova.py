@@ -121,7 +121,7 @@ class SambaFlowAdapter(BaseAdapter):
     def instances_per_rdu(self) -> int:
         return TILES_PER_RDU // self.options.tiles_per_instance
 
-    def layout(self, devices: int) -> Layout:
+    def layout(self, devices: int, pp: int = 1) -> Layout:
         instances = devices * self.instances_per_rdu
         return Layout(processes=instances, replicas=instances)
 
@@ -138,7 +138,17 @@ class SambaFlowAdapter(BaseAdapter):
     def unsupported_peak(self, point: Any) -> str | None:
         return "the matmul peak is timed with torch.mm on a torch device; an RDU runs compiled PEFs only"
 
+    def engine_layouts(self) -> bool:
+        return False  # SambaFlow compiles the model into a PEF and places it over the RDU's tiles itself
+
     def unsupported_train(self, point: Any) -> str | None:
+        if point.engine == "fsdp":
+            return ("FSDP shards with torch.distributed collectives in eager PyTorch; SambaFlow runs a compiled PEF "
+                    "per instance, data parallel over MPI")
+        if point.tp * point.pp > 1:
+            return (f"tp {point.tp}, pp {point.pp}: SambaFlow places a model over an RDU's tiles at compile time "
+                    f"(tiles_per_instance {self.options.tiles_per_instance}); torch's tensor and pipeline plans "
+                    "do not reach a PEF, and SambaFlow's own model-parallel compile options are not passed here")
         if point.gas > 1:
             return ("gradient accumulation on SN30 is not part of the documented SambaFlow API accel-kit follows "
                     "(one session.run per optimizer step); only gas 1 runs")

@@ -65,8 +65,13 @@ class Layout:
     """
 
     processes: int  # worker processes the point runs as
-    replicas: int  # data-parallel replicas: the global batch is micro-batch x gas x replicas
+    # data-parallel replicas before the point's tp x pp split them: the global batch is micro-batch x gas x
+    # replicas / (tp x pp) (``TrainPoint.data_parallel_size``)
+    replicas: int
     steps_per_call: int = 1  # optimizer steps one ``trainer.step()`` runs
+    # The pipeline degree where the programming model sets it (an IPU replica's pipeline over its IPUs), which
+    # the point then records as its ``pp``; None: the point's own.
+    pp: int | None = None
 
 
 @dataclass(frozen=True)

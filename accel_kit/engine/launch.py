@@ -1,10 +1,15 @@
 """How a point's worker processes are started: locally (one process or torchrun), or across
-nodes inside a batch job (mpiexec as on ALCF Polaris, Open MPI's mpirun, srun under Slurm),
-plus job scripts.
+nodes inside a batch job (mpiexec as on ALCF Polaris, Open MPI's mpirun, srun under Slurm, or
+torchrun on every node), plus job scripts.
 
 Inside a job the sweep runner still runs on the first node and starts each point with one
 ``mpiexec``/``srun`` call; the worker maps the launcher's rank variables to torch's
-(RANK, WORLD_SIZE, LOCAL_RANK) and meets its peers at MASTER_ADDR:MASTER_PORT.
+(RANK, WORLD_SIZE, LOCAL_RANK) and meets its peers at MASTER_ADDR:MASTER_PORT. With the
+``torchrun`` launcher that call starts one torchrun per node (``mpiexec --ppn 1`` under PBS,
+``srun --ntasks-per-node=1`` under Slurm), and the torchruns meet at a c10d rendezvous on the
+first node, as torch's multi-node recipe does; torchrun then sets every rank's variables. The
+ranks form the point's mesh (pp x dp x tp, ``accel_kit.engine.layout``) in rank order, so a
+tensor-parallel group lies within a node whenever tp divides the devices per node.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from accel_kit.errors import ParameterError
 
-LAUNCHERS = ("local", "mpiexec", "mpirun", "srun")
+LAUNCHERS = ("local", "mpiexec", "mpirun", "srun", "torchrun")
 WORKER = ["-m", "accel_kit.engine.worker"]
 
 # Rank variables of common launchers: (rank, world size, local rank).
@@ -76,6 +81,8 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
                 *WORKER], {}
     env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(free_port())}
+    if launcher == "torchrun":
+        return torchrun_command(devices, nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"])), {}
     if launcher == "mpiexec":
         return ["mpiexec", "-n", str(devices), "--ppn", str(per_node), sys.executable, *WORKER], env
     if launcher == "mpirun":
@@ -88,9 +95,24 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
     raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
 
 
+def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: bool | None = None) -> list[str]:
+    """One torchrun per node (started by srun inside a Slurm job, else by mpiexec, one per node), meeting at
+    a c10d rendezvous on ``host:port``; each starts its node's share of the ``devices`` ranks.
+
+    ``slurm``: whether to start them with srun; None: inside a Slurm job (``SLURM_JOB_ID``) or not.
+    """
+    per_node = -(-devices // nodes)
+    slurm = bool(os.environ.get("SLURM_JOB_ID")) if slurm is None else slurm
+    starter = (["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
+               else ["mpiexec", "-n", str(nodes), "--ppn", "1"])
+    return [*starter, sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
+            f"--nproc_per_node={per_node}", "--rdzv_backend=c10d", f"--rdzv_endpoint={host}:{port}",
+            f"--rdzv_id=accel-kit-{port}", *WORKER]
+
+
 PBS_TEMPLATE = """#!/bin/bash
 # accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro (as on ALCF
-# Polaris); each point's processes start with {launcher}. Submit with: qsub {path}
+# Polaris); each point's processes start with {launcher}. Submit with: qsub {path}{layout}
 #PBS -N accel-kit-{study}
 #PBS -l select={nodes}
 #PBS -l walltime={walltime}
@@ -107,7 +129,7 @@ accel-kit run {study} --system {system} --profile {profile} -p launcher {launche
 
 SLURM_TEMPLATE = """#!/bin/bash
 # accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), Slurm; each point's
-# processes start with {launcher}. Submit with: sbatch {path}
+# processes start with {launcher}. Submit with: sbatch {path}{layout}
 #SBATCH --job-name=accel-kit-{study}
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node={tasks_per_node}
@@ -137,11 +159,31 @@ def _single_quoted(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
 
 
+def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int, walltime: str) -> re.Match:
+    """The job's scheduler, node count and walltime checked (``render_jobscript``'s first step, and the CLI's
+    before it resolves the study's parameters); returns the walltime's match.
+
+    Raises:
+        ParameterError: the first value out of range or malformed.
+    """
+    if scheduler not in SCHEDULERS:
+        raise ParameterError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+    if nodes < 1:
+        raise ParameterError(f"--nodes must be at least 1, got {nodes}")
+    if devices_per_node < 1:
+        raise ParameterError(f"system {system!r} has {devices_per_node} devices per node; a job needs at least 1")
+    match = _WALLTIME.fullmatch(walltime)
+    if not match or not any(int(part) for part in match.groups()):
+        raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
+                             f"got {walltime!r}")
+    return match
+
+
 def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, devices_per_node: int, profile: str,
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
                      directives: tuple[str, ...] = (), tasks_per_node: int | None = None,
-                     template: str | None = None) -> str:
+                     template: str | None = None, layout: tuple[str, ...] = ()) -> str:
     """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for an appliance cluster.
 
     Args:
@@ -159,21 +201,14 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         tasks_per_node: worker processes a node runs (Slurm's tasks); None: one per device.
         template: the system adapter's own script (its job_launch's), formatted with the same fields;
             None: the scheduler's.
+        layout: lines saying the points' parallel layouts (written as comments), and with the torchrun
+            launcher how each point starts its ranks.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
             the script, or run it to no purpose, only after it waited in the queue).
     """
-    if scheduler not in SCHEDULERS:
-        raise ParameterError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
-    if nodes < 1:
-        raise ParameterError(f"--nodes must be at least 1, got {nodes}")
-    if devices_per_node < 1:
-        raise ParameterError(f"system {system!r} has {devices_per_node} devices per node; a job needs at least 1")
-    match = _WALLTIME.fullmatch(walltime)
-    if not match or not any(int(part) for part in match.groups()):
-        raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
-                             f"got {walltime!r}")
+    match = check_job(scheduler, system=system, nodes=nodes, devices_per_node=devices_per_node, walltime=walltime)
     template = template or SCHEDULERS[scheduler]
     if template is None:
         raise ParameterError(f"scheduler {scheduler!r} runs the system adapter's own script, and {system!r} has none")
@@ -181,6 +216,12 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
     if launcher not in LAUNCHERS:
         raise ParameterError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
     extra = "".join(f" -p {shlex.quote(name)} {_single_quoted(value)}" for name, value in overrides or [])
+    lines = list(layout)
+    if launcher == "torchrun":
+        per_point = torchrun_command(nodes * devices_per_node, nodes, "<first node>", 29500,
+                                     slurm=scheduler == "slurm")
+        lines.append("A point on every node starts as (its port free on the first node, chosen per point): "
+                     + " ".join(w if w != sys.executable else "python" for w in per_point[:-2]) + " ...")
     hours, minutes, seconds = map(int, match.groups())
     from accel_kit.paths import project_root
 
@@ -191,4 +232,5 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                            walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
                            workdir=shlex.quote(os.getcwd()), extra=extra,
                            setup="".join(f"\n{line}" for line in setup),
+                           layout="".join(f"\n# {line}" for line in lines),
                            directives="".join(f"\n{line}" for line in directives))

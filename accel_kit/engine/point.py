@@ -180,8 +180,9 @@ class TrainPoint(Point, TrainSpec):
 
     @property
     def needs_group(self) -> bool:
-        """Several ranks, or DeepSpeed (which initialises torch.distributed itself): run under a launcher."""
-        return self.ranks > 1 or self.engine == "deepspeed"
+        """Several ranks, DeepSpeed (which initialises torch.distributed itself) or FSDP (whose device mesh
+        needs a process group, even of one rank): run under a launcher."""
+        return self.ranks > 1 or self.engine in ("deepspeed", "fsdp")
 
     @property
     def data_parallel_size(self) -> int:

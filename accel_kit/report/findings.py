@@ -17,12 +17,14 @@ from accel_kit import noise
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
+from accel_kit.studies._training import LAYOUT_FIELDS
 
 # study -> (metric, unit, the parameters two records must share to be compared)
 HEADLINE: dict[str, tuple[str, str, list[str]]] = {
     "microbenchmark": ("tflops", "TFLOP/s", ["model", "impl", "seq_len", "batch_size", "direction"]),
-    "scaling": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "gas", "devices"]),
-    "seq_length": ("tokens_per_s", "tokens/s", ["preset", "micro_batch_size", "devices", "seq_len"]),
+    "scaling": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "gas", *LAYOUT_FIELDS,
+                                             "devices"]),
+    "seq_length": ("tokens_per_s", "tokens/s", ["preset", "micro_batch_size", *LAYOUT_FIELDS, "devices", "seq_len"]),
     "gas": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "devices", "micro_batch_size", "gas"]),
     "sparsity": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "steps", "sparsity_pattern",
                                               "sparsity"]),
@@ -100,9 +102,11 @@ def scaling_efficiency(ctx: Context) -> list[str]:
     out = []
     if t.empty:
         return out
-    for (system, preset, precision), g in t.groupby(["system", "preset", "precision"], sort=True):
+    layouts = t["layout"].nunique() > 1
+    for (system, preset, precision, layout), g in t.groupby(["system", "preset", "precision", "layout"], sort=True):
         ok = g[g["status"] == "ok"].sort_values("devices")
-        head = f"<b>{esc(system)}</b> ({esc(preset)}, {esc(precision)}): "
+        # The layout named where the records hold more than one: each is scaled against its own base.
+        head = f"<b>{esc(system)}</b> ({esc(preset)}, {esc(precision)}{', ' + esc(layout) if layouts else ''}): "
         failed = g[(g["status"] != "ok") & (g["devices"] > (ok["devices"].max() if not ok.empty else 0))]
         tail = ""
         if not failed.empty:
@@ -142,7 +146,7 @@ def _against_ideal(ctx: Context, base: pd.Series, top: pd.Series) -> str:
 def longest_sequence(ctx: Context) -> list[str]:
     """Per system and configuration: the longest sequence that fit, and the first that did not."""
     out = []
-    for study, group in (("seq_length", ["system", "preset", "precision", "devices"]),
+    for study, group in (("seq_length", ["system", "preset", "precision", "layout", "devices"]),
                          ("genslm", ["system", "preset", "precision"])):
         t = study_table(ctx, study)
         if t.empty:

@@ -14,6 +14,7 @@ from accel_kit.report.cells import MFU_DATASHEET, MFU_MEASURED, base_record, der
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.pivot import pivot
 from accel_kit.report.render import Table, esc
+from accel_kit.studies import scaling as scaling_study
 
 SPREAD_NOTE = f"<p>Each throughput's {esc(noise.SPREAD_DOC)}.</p>"
 
@@ -38,15 +39,15 @@ def table_ii_scaling(ctx: Context) -> Section:
     """Table II: throughput, speedup and scaling efficiency against device count."""
     s = Section("table-2", "Table II: scaling with the number of devices")
     t = study_table(ctx, "scaling")
-    group = ["system", "preset", "precision"]
+    group = list(scaling_study.GROUP)  # each layout against its own smallest device count
 
     def base(row: pd.Series) -> list[str]:
         return base_record(t, row, group, "devices")
 
-    s.text("<p>Speedup is throughput over that of the smallest device count measured, scaling efficiency is "
-           "speedup / (N / N<sub>0</sub>) (<code>accel_kit.studies.scaling.table</code>); both cite the base "
-           "record too.</p>" + SPREAD_NOTE)
-    return s.table(pivot(ctx, "table-2-scaling", t, study="scaling", base=["preset", "devices"],
+    s.text("<p>Speedup is throughput over that of the smallest device count measured in the same layout "
+           "(engine, tensor and pipeline parallel degrees), scaling efficiency is speedup / (N / N<sub>0</sub>) "
+           "(<code>accel_kit.studies.scaling.table</code>); both cite the base record too.</p>" + SPREAD_NOTE)
+    return s.table(pivot(ctx, "table-2-scaling", t, study="scaling", base=["preset", "layout", "devices"],
                          extra=["global_batch_size"], quantities=[
                              *rate("scaling", "tokens/s", "tokens_per_s"),
                              *rate("scaling", "tokens/s per device", "tokens_per_s_per_device"),
@@ -65,7 +66,8 @@ def table_iii_seq_length(ctx: Context) -> Section:
            "(an estimate above the device's memory, an out-of-memory, or beyond the memory frontier).</p>"
            + SPREAD_NOTE)
     t = study_table(ctx, "seq_length")
-    return s.table(pivot(ctx, "table-3-seq-length", t, study="seq_length", base=["preset", "devices", "seq_len"],
+    return s.table(pivot(ctx, "table-3-seq-length", t, study="seq_length",
+                         base=["preset", "layout", "devices", "seq_len"],
                          extra=["micro_batch_size"], quantities=[
                              *rate("seq_length", "tokens/s", "tokens_per_s"),
                              ("tokens/J", energy()),

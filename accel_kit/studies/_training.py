@@ -11,8 +11,11 @@ from the axes, the product of their sorted values, in the order the axes are dec
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
-from typing import Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
+
+import pandas as pd
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
@@ -27,21 +30,43 @@ from accel_kit.engine.point import TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
 
 
+# The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them;
+# cp joins them where the training point has it.
+LAYOUT_FIELDS: tuple[str, ...] = tuple(f for f in ("engine", "tp", "pp", "cp") if f in TrainSpec.model_fields)
+_Engine = TrainSpec.model_fields["engine"].annotation
+_Schedule = TrainSpec.model_fields["pp_schedule"].annotation
+
+
 class OtherModel(BaseModel):
-    """Another model the study's axes also run, with the settings it differs in: a full profile's
-    Llama 3.1 8B at sequence 8192 in bf16 beside the paper's GPT-2 XL. A field it sets that a
-    study sweeps (``seq_len`` in the sequence-length study) is that model's one value of the axis."""
+    """Another configuration the study's axes also run, with the settings it differs in: a full profile's
+    Llama 3.1 8B at sequence 8192 in bf16 beside the paper's GPT-2 XL, or the paper's A100 tensor-parallel
+    layouts. A field it sets that a study sweeps (``seq_len`` in the sequence-length study, ``devices`` in
+    the scaling study) is that configuration's one value of the axis. A layout (``tp``, ``pp``) runs over
+    the device counts it divides (tensor parallel 4 from 4 devices on), and ``systems`` limits the entry to
+    the systems named (the paper's A100 layouts on ``a100``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: str
+    preset: str | None = None  # None: the study's
     seq_len: PositiveInt | None = None
     precision: PrecisionRequest | None = None
     micro_batch_size: PositiveInt | None = None
     activation_checkpointing: bool | None = None
+    devices: PositiveInt | None = None
+    engine: _Engine | None = None
+    tp: PositiveInt | None = None
+    pp: PositiveInt | None = None
+    cp: PositiveInt | None = None  # taken where the training point has context parallelism
+    pp_microbatches: PositiveInt | None = None
+    pp_schedule: _Schedule | None = None
+    systems: list[str] | None = None  # the systems it runs on; None: every one
 
     def changes(self) -> dict:
-        return self.model_dump(exclude_none=True)
+        """The training fields it sets (not ``systems``, which says where)."""
+        return self.model_dump(exclude_none=True, exclude={"systems"})
+
+    def runs_on(self, system: System) -> bool:
+        return self.systems is None or system.id in self.systems
 
 
 class TrainingParams(StudyParams, TrainSpec):
@@ -49,7 +74,8 @@ class TrainingParams(StudyParams, TrainSpec):
 
     timeout_s: float = Field(default=1800, gt=0)  # per point; a hung point is killed and recorded
     measure_peak: bool = True
-    launcher: Literal["local", "mpiexec", "mpirun", "srun"] = "local"
+    # local; or inside a batch job: mpiexec, mpirun, srun (every rank), torchrun (one per node, c10d rendezvous)
+    launcher: Literal["local", "mpiexec", "mpirun", "srun", "torchrun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
     # The study's axes: list parameter -> the TrainSpec field it sweeps (e.g. {"seq_lens": "seq_len"}).
     AXES: ClassVar[dict[str, str]] = {}
@@ -59,6 +85,24 @@ class TrainingParams(StudyParams, TrainSpec):
                                                             enumerate(getattr(self, "also", []))]:
             if preset is not None:
                 check_preset(preset, where)  # a name, or hf:PATH (its file read and its shape checked)
+        check_also(getattr(self, "also", []))
+
+
+def check_also(also: list[OtherModel]) -> None:
+    """Refuse, in one line, an ``also`` entry naming a system that does not exist or a field the training
+    point does not have (``cp`` before context parallelism is built)."""
+    from accel_kit.systems import system_ids
+
+    known = system_ids()
+    for i, other in enumerate(also):
+        unknown = sorted(set(other.systems or []) - set(known))
+        if unknown:
+            raise ParameterError(f"parameter 'also[{i}][systems]': unknown system {', '.join(map(repr, unknown))}; "
+                                 f"known: {', '.join(known)}")
+        missing = sorted(set(other.changes()) - set(TrainSpec.model_fields))
+        if missing:
+            raise ParameterError(f"parameter 'also[{i}]': {', '.join(missing)} is not a training parameter here "
+                                 "(not built yet)")
 
 
 class AxesParams(TrainingParams):
@@ -81,14 +125,18 @@ def resolve_precision(params: TrainingParams, system: System) -> PrecisionChoice
 def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, **axis) -> TrainPoint:
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
-    layout = system.device_adapter().layout(values["devices"])
+    adapter = system.device_adapter()
+    layout = adapter.layout(values["devices"], pp=values["pp"])
     values |= {"system": system.id, "devices_per_node": system.devices_per_node, "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
                "seq_len": values["seq_len"] or system.seq_len,
-               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call}
+               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call,
+               "pp": layout.pp or values["pp"]}  # (an IPU's pipeline is the device's: the point records it)
     point = TrainPoint(**values)
-    check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
+    if adapter.engine_layouts():
+        check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
+    # (else the programming model's own: its unsupported_train records what it cannot take, with the reason)
     return point
 
 
@@ -181,23 +229,89 @@ def axis_points(params: TrainingParams, system: System, choice: PrecisionChoice)
     return _product(params, system, choice, {})
 
 
-def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fixed: dict) -> list[TrainPoint]:
+def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fixed: dict, *,
+             dividing: bool = False) -> list[TrainPoint]:
+    """The points of every combination of the axes; ``dividing``: only the device counts the layout divides
+    (an ``also`` entry's tensor parallel 4 starts at 4 devices), the others left out, not refused."""
     names = list(type(params).AXES)
     fields = [type(params).AXES[name] for name in names]
     # An axis whose field the model fixes runs that one value.
     values = [[fixed[f]] if f in fixed else sorted(set(getattr(params, name))) for name, f in zip(names, fields)]
-    return [make_point(params, system, choice, **dict(zip(fields, combo))) for combo in itertools.product(*values)]
+    combos = [dict(zip(fields, combo)) for combo in itertools.product(*values)]
+    if dividing:
+        degree = math.prod(getattr(params, f) for f in LAYOUT_FIELDS if f != "engine")
+        combos = [c for c in combos if c.get("devices", params.devices) % degree == 0]
+    return [make_point(params, system, choice, **combo) for combo in combos]
 
 
-def all_points(params: AxesParams, system: System) -> list[TrainPoint]:
-    """The preset's points (``axis_points``), then each of ``also``'s over the same axes."""
-    points = axis_points(params, system, resolve_precision(params, system))
-    for other in params.also:
+def unresolved_precision(params: TrainingParams, system: System) -> PrecisionChoice:
+    """The precision asked for, not resolved on a device (a job script is written where its system's devices
+    are not): ``auto`` stands as fp32 for the layout's checks, which refuse only fp16."""
+    asked = requested_precision(params, system)
+    return PrecisionChoice(asked, "fp32" if asked == "auto" else asked, "as asked; resolved on the job's nodes")
+
+
+def all_points(params: AxesParams, system: System, precision: Callable[[TrainingParams, System], PrecisionChoice]
+               = resolve_precision) -> list[TrainPoint]:
+    """The preset's points (``axis_points``), then each of ``also``'s over the same axes (those whose
+    ``systems`` include this one). ``precision``: how a configuration's precision is resolved (by the
+    system's adapter; ``unresolved_precision`` where its devices are not at hand).
+
+    Raises:
+        ParameterError: a layout the model or the engine cannot take, a device count it does not divide,
+            or an ``also`` entry whose layout divides none of the device counts.
+    """
+    points = axis_points(params, system, precision(params, system))
+    check_also(params.also)
+    for i, other in enumerate(params.also):
+        if not other.runs_on(system):
+            continue
         changes = other.changes()
         # The study's own values, changed where the other model says so; its axis fields stay the study's lists.
         mine = params.model_copy(update={k: v for k, v in changes.items() if k in TrainSpec.model_fields})
-        points += _product(mine, system, resolve_precision(mine, system), changes)
+        mine_points = _product(mine, system, precision(mine, system), changes, dividing=True)
+        if not mine_points:
+            layout = ", ".join(f"{f} {getattr(mine, f)}" for f in LAYOUT_FIELDS if f != "engine")
+            raise ParameterError(f"parameter 'also[{i}]': its layout ({layout}) divides none of the device counts")
+        points += mine_points
     return points
+
+
+def layout_lines(points: list[TrainPoint]) -> list[str]:
+    """What a job script says of its points' layouts: per configuration (model, precision, layout) the
+    devices it runs on and its data-parallel degree there."""
+    configs: dict[tuple[str, str, str], list[TrainPoint]] = {}
+    for p in points:
+        configs.setdefault((p.preset, p.precision, layout_label(p)), []).append(p)
+    lines = ["Layouts: the devices split as pp x dp x tp, dp = devices / (tp x pp) (accel_kit.engine.layout)"]
+    for (preset, precision, label), mine in configs.items():
+        shown = ", ".join(dict.fromkeys(f"{p.devices} (dp {p.data_parallel_size})" for p in mine))
+        lines.append(f"  {preset} {precision}: {label} (tp {mine[0].tp}, pp {mine[0].pp}) on {shown} devices")
+    return lines
+
+
+def layout_label(row: Any) -> str:
+    """A point's layout as a table or a legend names it: ``ddp``, ``fsdp``, ``ddp, tp 2``; ``row``: a record
+    row or a point (its ``engine``, ``tp``, ``pp``, ``cp``)."""
+    get = row.get if hasattr(row, "get") else lambda k, d=None: getattr(row, k, d)
+    parts = [str(get("engine") or TrainSpec.model_fields["engine"].default)]
+    for f in LAYOUT_FIELDS[1:]:
+        degree = get(f)
+        if degree is not None and not (isinstance(degree, float) and math.isnan(degree)) and int(degree) > 1:
+            parts.append(f"{f} {int(degree)}")
+    return ", ".join(parts)
+
+
+def with_layout(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (training records) with every layout field filled (a record from before a field existed ran
+    its default: data parallel, tp 1, pp 1) and a ``layout`` column (``layout_label``): points of different
+    layouts stay apart in a study's table and figures, and records of one layout stay together."""
+    if df.empty:
+        return df
+    fill = {f: (df[f].where(df[f].notna(), TrainSpec.model_fields[f].default) if f in df.columns
+                else TrainSpec.model_fields[f].default) for f in LAYOUT_FIELDS}
+    df = df.assign(**fill)
+    return df.assign(layout=[layout_label(r) for _, r in df.iterrows()])
 
 
 def study_runner(study: str) -> Callable[..., list[dict]]:

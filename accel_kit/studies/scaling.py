@@ -1,8 +1,10 @@
 """GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
 
-Data parallel (DDP or DeepSpeed ZeRO-1), one point per device count; speedup and scaling
-efficiency are against the smallest count measured: speedup = T_N / T_N0, efficiency =
-speedup / (N / N0). On a CPU the "devices" are gloo processes sharing its cores.
+One point per device count, in the layout the parameters give (``engine`` ddp, fsdp or deepspeed;
+``tp``, ``pp``: the data-parallel degree is devices / (tp x pp)), and in each layout of ``also``.
+Speedup and scaling efficiency compare like with like: each layout against the smallest device
+count that ran it, speedup = T_N / T_N0, efficiency = speedup / (N / N0), i.e. the per-device
+throughput at N over that at N0. On a CPU the "devices" are gloo processes sharing its cores.
 """
 from __future__ import annotations
 
@@ -12,10 +14,16 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
-from accel_kit.studies._training import AxesParams, study_runner
+from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
 
 STUDY = "scaling"
-KEYS = ["system", "preset", "precision", "devices"]
+KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices"]
+# A ratio's base: the smallest device count of the same configuration and layout.
+GROUP = ["system", "preset", "precision", *LAYOUT_FIELDS]
+# The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
+SHOWN = ["system", "preset", "precision", "layout", "devices", "dp", "status", "global_batch_size", "tokens_per_s",
+         "tokens_per_s_per_device", "speedup", "scaling_efficiency_pct", "mfu_measured_pct", "tokens_per_j",
+         "energy_j", "power_avg_w", "reason"]
 
 
 class Params(AxesParams):
@@ -31,14 +39,15 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table II: throughput, speedup and scaling efficiency per system and device count."""
     if df.empty:
         return df
-    df = results.latest(df, KEYS).sort_values(KEYS)
+    df = results.latest(with_layout(df), KEYS).sort_values(KEYS)
     energy_cols = energy.table_columns(df)
     rows = []
-    for _, g in df.groupby(["system", "preset", "precision"], sort=True):
+    for _, g in df.groupby(GROUP, sort=True):
         ok = g[g["status"] == "ok"]
         base = ok.iloc[0] if not ok.empty else None
         for _, r in g.iterrows():
-            row = {k: r[k] for k in KEYS} | {"status": r["status"], "global_batch_size": r.get("global_batch_size"),
+            row = {k: r[k] for k in KEYS} | {"layout": r["layout"], "dp": r.get("dp"), "status": r["status"],
+                                            "global_batch_size": r.get("global_batch_size"),
                                             "tokens_per_s": r.get("tokens_per_s"),
                                             "tokens_per_s_per_device": r.get("tokens_per_s_per_device"),
                                             "mfu_measured_pct": r.get("mfu_measured_pct"),
@@ -53,19 +62,19 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def figures(df: pd.DataFrame) -> dict:
-    """Figure 5: tokens/s against device count, log-log, one line per system."""
+    """Figure 5: tokens/s against device count, log-log, one line per system, model and layout."""
     from accel_kit import plots
 
-    ok = noise.with_spread(df, KEYS) if not df.empty else df  # latest per point, with its spread
+    ok = noise.with_spread(with_layout(df), KEYS) if not df.empty else df  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"] if not ok.empty else ok
     if ok.empty:
         return {}
-    fig = plots.line(ok, x="devices", y="tokens_per_s", group=["system", "preset", "precision"],
+    fig = plots.line(ok, x="devices", y="tokens_per_s", group=["system", "preset", "precision", "layout"],
                      title="Training throughput against device count", x_title="devices",
                      y_title="tokens / s", log_x=True, log_y=True,
                      hover=["tokens_per_s_per_device", "mfu_measured_pct", "global_batch_size"])
     figs = {"scaling_throughput": fig}
-    per_j = plots.energy_line(ok, x="devices", group=["system", "preset", "precision"], log_x=True,
+    per_j = plots.energy_line(ok, x="devices", group=["system", "preset", "precision", "layout"], log_x=True,
                               title="Training energy efficiency against device count (all devices' energy)",
                               x_title="devices")
     if per_j is not None:

@@ -1,7 +1,10 @@
 """Throughput and memory against sequence length, 1K to 64K (paper Table III).
 
 Points that do not fit are part of the result: a configuration that runs out of memory
-(or is estimated not to fit) at some length has its longer lengths recorded as skipped.
+(or is estimated not to fit) at some length has its longer lengths recorded as skipped. A layout
+(``tp``, ``pp``, ``engine``; the A100 row of the full profile runs tensor parallel over 4 devices,
+as the paper's A100 needed 4 for the shorter lengths) is part of the configuration: its rows and
+lines stay apart from the others'.
 """
 from __future__ import annotations
 
@@ -11,10 +14,14 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
-from accel_kit.studies._training import AxesParams, study_runner
+from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
 
 STUDY = "seq_length"
-KEYS = ["system", "preset", "precision", "devices", "seq_len"]
+KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices", "seq_len"]
+# The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
+SHOWN = ["system", "preset", "precision", "layout", "devices", "seq_len", "status", "tokens_per_s",
+         "tokens_per_s_per_device", "tokens_per_j", "energy_j", "power_avg_w", "mem_peak_gib", "mem_estimate_gib",
+         "mfu_measured_pct", "reason"]
 
 
 class Params(AxesParams):
@@ -30,8 +37,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table III: one row per length, with what did not fit and why."""
     if df.empty:
         return df
-    df = results.latest(df, KEYS).sort_values(KEYS)
-    cols = KEYS + ["status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
+    df = results.latest(with_layout(df), KEYS).sort_values(KEYS)
+    cols = KEYS + ["layout", "status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
                    "mem_estimate_gib", "mfu_measured_pct", "reason", "record_id"]
     return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
 
@@ -44,11 +51,11 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    latest = noise.with_spread(df, KEYS)  # latest per point, with its spread
+    latest = noise.with_spread(with_layout(df), KEYS)  # latest per point, with its spread
     ok = latest[latest["status"] == "ok"]
     figs = {}
     if not ok.empty:
-        fig = plots.line(ok, x="seq_len", y="tokens_per_s", group=["system", "preset", "devices"],
+        fig = plots.line(ok, x="seq_len", y="tokens_per_s", group=["system", "preset", "layout", "devices"],
                          title="Training throughput against sequence length", x_title="sequence length (tokens)",
                          y_title="tokens / s", log_x=True, hover=["mem_peak_gib", "mfu_measured_pct"])
         failed = latest[latest["status"] != "ok"]
@@ -60,12 +67,12 @@ def figures(df: pd.DataFrame) -> dict:
         plots.swept_ticks(fig, latest["seq_len"])  # the failed lengths too
         figs["seq_length_throughput"] = fig
         if ok["mem_peak_gib"].notna().any():
-            mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=["system", "preset", "devices"],
+            mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=["system", "preset", "layout", "devices"],
                              title="Peak memory per device against sequence length",
                              x_title="sequence length (tokens)", y_title="GiB", log_x=True)
             plots.swept_ticks(mem, latest["seq_len"])
             figs["seq_length_memory"] = mem
-        per_j = plots.energy_line(ok, x="seq_len", group=["system", "preset", "devices"], log_x=True,
+        per_j = plots.energy_line(ok, x="seq_len", group=["system", "preset", "layout", "devices"], log_x=True,
                                   title="Training energy efficiency against sequence length",
                                   x_title="sequence length (tokens)")
         if per_j is not None:

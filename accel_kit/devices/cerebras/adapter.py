@@ -137,7 +137,7 @@ class CerebrasAdapter(BaseAdapter):
         return DeviceDescription(adapter=self.name, device_model=model, device_count=1, versions=versions,
                                  extra=extra)
 
-    def layout(self, devices: int) -> Layout:
+    def layout(self, devices: int, pp: int = 1) -> Layout:
         # One client process drives every CS-2 of a point (ClusterConfig.num_csx), one data-parallel
         # replica per CS-2: never a rank per device.
         return Layout(processes=1, replicas=devices)
@@ -157,10 +157,17 @@ class CerebrasAdapter(BaseAdapter):
             return f"precision {point.precision} does not run on the cstorch {self.backend_type} backend"
         return None
 
+    def engine_layouts(self) -> bool:
+        return False  # cstorch compiles the step and places the model itself
+
     def unsupported_train(self, point: Any) -> str | None:
         if point.engine != "ddp":
             return (f"engine {point.engine!r} is an eager-PyTorch engine; cstorch trains through its own compiled "
                     "step (cstorch.compile, @cstorch.trace)")
+        if point.tp * point.pp > 1:
+            return (f"tp {point.tp}, pp {point.pp}: a CS-2 takes a whole model without tensor or pipeline "
+                    "parallelism (weight streaming from MemoryX holds the weights; several CS-2 systems are data "
+                    "parallel, ClusterConfig num_csx)")
         if point.torch_compile:
             return "torch.compile does not apply: cstorch.compile compiles the model for the Cerebras backend"
         if point.devices > 1:
