@@ -121,7 +121,7 @@ def _with_layout(record: dict) -> dict:
         derived["dp"] = dp
     if "mesh" not in metrics and dp is not None:  # engine.layout.mesh_text's form, outermost first
         layout = LAYOUT_DEFAULTS | params
-        derived["mesh"] = f"pp {layout['pp']} x dp {dp} x tp {layout['tp']}"
+        derived["mesh"] = f"pp {layout['pp']} x dp {dp} x cp {layout['cp']} x tp {layout['tp']}"
     if not missing and not derived:
         return record
     return dict(record, params=missing | params, metrics=metrics | derived)

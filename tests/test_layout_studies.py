@@ -63,7 +63,7 @@ def test_layouts_given_to_a_study_and_refused_in_one_line():
         studies.resolve("scaling", also=[{"tp": 2, "stages": 2}], **smoke)
     with pytest.raises(ParameterError, match=r"also\[0\]\[systems\]': unknown system 'a10'"):
         all_points(studies.resolve("scaling", also=[{"tp": 2, "systems": ["a10"]}], **smoke), load_system("cpu"))
-    with pytest.raises(ParameterError, match=r"also\[0\]': its layout \(tp 4, pp 1\) divides none"):
+    with pytest.raises(ParameterError, match=r"also\[0\]': its layout \(tp 4, pp 1, cp 1\) divides none"):
         all_points(studies.resolve("scaling", also=[{"tp": 4}], **smoke), load_system("cpu"), unresolved_precision)
     if "cp" not in TrainSpec.model_fields:  # context parallelism arrives later: until then an entry's cp is refused
         with pytest.raises(ParameterError, match=r"also\[0\]': cp is not a training parameter here"):
@@ -154,5 +154,5 @@ def test_scaling_runs_tp_2_on_two_gloo_ranks(tmp_path):
     assert record["status"] == "ok", record.get("reason")
     assert (record["params"]["engine"], record["params"]["tp"], record["params"]["devices"]) == ("ddp", 2, 2)
     m = record["metrics"]
-    assert (m["dp"], m["mesh"], m["global_batch_size"]) == (1, "pp 1 x dp 1 x tp 2", 2)
+    assert (m["dp"], m["mesh"], m["global_batch_size"]) == (1, "pp 1 x dp 1 x cp 1 x tp 2", 2)
     assert m["tokens_per_s"] > 0 and m["tokens_per_s_per_device"] == pytest.approx(m["tokens_per_s"] / 2)

@@ -114,7 +114,7 @@ def test_training_records_load_with_their_layout_columns(tmp_path):
         results.append_record(path, rec)
     df = results.load(path)
     layout = df[["tp", "pp", "cp", "engine", "dp", "mesh"]].iloc[:3].to_dict("records")
-    assert layout == [{"tp": 1, "pp": 1, "cp": 1, "engine": "ddp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 1"},
-                      {"tp": 1, "pp": 1, "cp": 1, "engine": "deepspeed", "dp": 2, "mesh": "pp 1 x dp 2 x tp 1"},
+    assert layout == [{"tp": 1, "pp": 1, "cp": 1, "engine": "ddp", "dp": 2, "mesh": "pp 1 x dp 2 x cp 1 x tp 1"},
+                      {"tp": 1, "pp": 1, "cp": 1, "engine": "deepspeed", "dp": 2, "mesh": "pp 1 x dp 2 x cp 1 x tp 1"},
                       {"tp": 2, "pp": 1, "cp": 1, "engine": "fsdp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 2"}]
     assert df[["tp", "engine", "dp", "mesh"]].iloc[3].isna().all()

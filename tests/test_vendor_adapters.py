@@ -623,7 +623,7 @@ def test_the_ipu_pipeline_is_the_points_pp():
     fp16 = PrecisionChoice("fp16", "fp16", "test")
     params = resolve("scaling", "full", gas=128)
     p = make_point(params, load_system("bow-pod64"), fp16, devices=16)
-    assert (p.pp, p.data_parallel_size, mesh_text(p)) == (4, 4, "pp 4 x dp 4 x tp 1")
+    assert (p.pp, p.data_parallel_size, mesh_text(p)) == (4, 4, "pp 4 x dp 4 x cp 1 x tp 1")
     p = make_point(params.model_copy(update={"pp": 2}), load_system("bow-pod64"), fp16, devices=16)
     assert (p.pp, p.data_parallel_size, p.global_batch_size) == (2, 8, 128 * 8)
     ipu = sweep._adapter_of("bow-pod64")
