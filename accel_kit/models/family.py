@@ -176,7 +176,9 @@ class PipelineStages:
     """Where a model splits into pipeline stages, as attribute names on the model.
 
     ``embedding``: modules that run before the first block; ``blocks``: the ``nn.ModuleList`` of
-    blocks; ``head``: modules after the last block (final norm, output projection).
+    blocks; ``head``: modules after the last block (final norm, output projection). A pipeline
+    stage keeps its share of the blocks, the first stage the embedding, the last the head; the
+    others are set to None on that stage's model (``accel_kit.engine.pipeline``).
     """
 
     embedding: tuple[str, ...]
@@ -271,6 +273,25 @@ class Family(ABC):
 
     @abstractmethod
     def pipeline_stages(self, model: nn.Module) -> PipelineStages: ...
+
+    # The family's models run one pipeline stage's part alone (``stage_forward``); the layout check asks.
+    pipeline_parallel: ClassVar[bool] = False
+
+    def stage_forward(self, model: nn.Module, x: Any, *, first: bool, last: bool) -> Any:
+        """One pipeline stage's forward on ``model`` holding only the stage's parts (``PipelineStages``).
+
+        ``x``: token ids (B, T) on the first stage, else the previous stage's hidden states (B, T, h).
+        Returns hidden states (B, T, h), or logits (B, T, V_padded) on the last stage. Our families'
+        models compute their own forward as ``embed``, ``forward_blocks`` and ``head`` (GPT-2's
+        positions are added in ``embed``; Llama's RoPE tables live in each block), so a stage runs
+        exactly the operations one process runs on its part.
+        """
+        if not self.pipeline_parallel:
+            raise NotImplementedError(f"the {self.name} family's models do not run as pipeline stages")
+        if first:
+            x = model.embed(x)
+        x = model.forward_blocks(x)
+        return model.head(x) if last else x
 
     # The family has a tensor-parallel plan (``apply_tensor_parallel``); the layout check asks.
     tensor_parallel: ClassVar[bool] = False

@@ -74,6 +74,8 @@ class GPT2(Family):
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
         return PipelineStages(embedding=("wte", "wpe"), blocks="h", head=("ln_f", "lm_head"))
 
+    pipeline_parallel = True  # the model computes embed, forward_blocks and head apart
+
     tensor_parallel = True
 
     def apply_tensor_parallel(self, model: nn.Module, tp_mesh) -> None:

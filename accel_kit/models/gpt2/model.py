@@ -80,13 +80,26 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+    # The forward in three parts, as a pipeline runs them one stage at a time (``Family.stage_forward``):
+    # the embedding (tokens and positions), the blocks, the head.
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> hidden states (B, T, h): token plus learned position embeddings."""
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
-        x = self.drop(self.wte(idx) + self.wpe(self.position_ids[:T]))  # (B, T, h)
-        x = run_blocks(self.h, x, checkpointing=self.activation_checkpointing, training=self.training)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V_padded)
+        return self.drop(self.wte(idx) + self.wpe(self.position_ids[:T]))  # (B, T, h)
+
+    def forward_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, h) through the blocks this model holds."""
+        return run_blocks(self.h, x, checkpointing=self.activation_checkpointing, training=self.training)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, h) -> logits (B, T, V_padded): the final LayerNorm and the output projection."""
+        return self.lm_head(self.ln_f(x))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))
 
     def num_params(self) -> int:

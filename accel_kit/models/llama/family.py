@@ -128,6 +128,8 @@ class Llama3(Family):
         # Each block holds its own RoPE tables, so the blocks split with nothing shared to carry.
         return PipelineStages(embedding=("embed_tokens",), blocks="layers", head=("norm", "lm_head"))
 
+    pipeline_parallel: ClassVar[bool] = True  # the model computes embed, forward_blocks and head apart
+
     tensor_parallel: ClassVar[bool] = True
 
     def apply_tensor_parallel(self, model: nn.Module, tp_mesh) -> None:

@@ -185,13 +185,26 @@ class Llama(nn.Module):
         for block in self.layers:
             block.self_attn.reset_rope_tables()
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+    # The forward in three parts, as a pipeline runs them one stage at a time (``Family.stage_forward``);
+    # each block holds its RoPE tables, so the blocks need nothing from the embedding's stage.
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> hidden states (B, T, h)."""
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
-        x = self.embed_tokens(idx)  # (B, T, h)
-        x = run_blocks(self.layers, x, checkpointing=self.activation_checkpointing, training=self.training)
-        logits = self.lm_head(self.norm(x))  # (B, T, V_padded)
+        return self.embed_tokens(idx)
+
+    def forward_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, h) through the blocks this model holds."""
+        return run_blocks(self.layers, x, checkpointing=self.activation_checkpointing, training=self.training)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Hidden states (B, T, h) -> logits (B, T, V_padded): the final RMSNorm and the output projection."""
+        return self.lm_head(self.norm(x))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))
 
     def num_params(self) -> int:
