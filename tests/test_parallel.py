@@ -48,7 +48,6 @@ def test_resume_keys_unchanged_at_the_default_layout():
     ({"devices": 4, "pp": 4}, "pp 4 is more stages than the 2 blocks"),
     ({"devices": 2, "tp": 2, "engine": "deepspeed"}, "engine deepspeed runs data parallelism only"),
     ({"devices": 2, "engine": "fsdp", "precision": "fp16"}, "fp16 under fsdp"),
-    ({"devices": 2, "pp": 2}, "pipeline parallelism is not built yet"),
     ({"devices": 2, "pp_microbatches": 2}, "pp_microbatches needs pp above 1"),
 ])
 def test_bad_layouts_answer_in_one_line(fields, message):

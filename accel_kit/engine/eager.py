@@ -101,12 +101,15 @@ class EagerModel:
             return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter,
                                           graph_break=graph_break)
         if point.engine == "fsdp" or point.tp * point.pp * point.cp > 1:
-            from accel_kit.engine.parallel import parallel_trainer
             from accel_kit.models import family_of
 
-            return parallel_trainer(point, model, batches, device, optim, family_of(point.preset),
-                                    after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
-                                    graph_break=graph_break)
+            if point.pp > 1:
+                from accel_kit.engine.pipeline import pipeline_trainer as layout_trainer
+            else:
+                from accel_kit.engine.parallel import parallel_trainer as layout_trainer
+            return layout_trainer(point, model, batches, device, optim, family_of(point.preset),
+                                  after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
+                                  graph_break=graph_break)
         if world > 1:
             model = self.adapter.wrap_ddp(model, device)
         if point.torch_compile:

@@ -35,6 +35,16 @@ def data_rank(point: Any, rank: int) -> int:
     return (rank // (point.tp * point.cp)) % point.data_parallel_size
 
 
+def stage_blocks(n_blocks: int, pp: int) -> list[range]:
+    """The blocks each of ``pp`` pipeline stages runs, in order: ``n_blocks // pp`` each, the first
+    ``n_blocks % pp`` stages one more. The remainder goes first because the last stage also computes the
+    output projection and the loss (with a 50k-128k vocabulary, a block's worth or more), as the IPU
+    adapter spreads its blocks."""
+    sizes = [n_blocks // pp + (1 if stage < n_blocks % pp else 0) for stage in range(pp)]
+    starts = [sum(sizes[:stage]) for stage in range(pp)]
+    return [range(start, start + size) for start, size in zip(starts, sizes)]
+
+
 def check_layout(point: Any) -> None:
     """Refuse a layout that does not divide, that the model's shape does not allow, or that is not built.
 
@@ -71,6 +81,8 @@ def _check_shape(point: Any) -> None:
             if count % tp:
                 raise ParameterError(f"tp {tp} does not divide the {count} {what} of {point.preset}")
     if pp > 1:
+        if not family.pipeline_parallel:
+            raise ParameterError(f"the {family.name} family's models do not split into pipeline stages here; use pp 1")
         if pp > shape.n_layers:
             raise ParameterError(f"pp {pp} is more stages than the {shape.n_layers} blocks of {point.preset}")
         if point.micro_batch_size % point.microbatches:
@@ -79,14 +91,18 @@ def _check_shape(point: Any) -> None:
 
 
 def _check_engine(point: Any) -> None:
-    if point.pp > 1:  # the parameters and their checks are here; the engine is not (issue 21's next phase)
-        raise ParameterError(f"pp {point.pp}: pipeline parallelism is not built yet; use pp 1")
+    # Pipeline stages train under engine ddp: their gradients averaged over dp after each step
+    # (accel_kit.engine.pipeline). FSDP2 inside a stage and a tensor-parallel stage are not built.
     if point.pp > 1 and point.engine == "fsdp":
         raise ParameterError("engine fsdp with pp above 1 is not built here; use engine ddp with pp")
     if point.pp > 1 and point.tp > 1:
         raise ParameterError("tp and pp together are not built here; use one of them")
     if point.pp_microbatches is not None and point.pp == 1:
         raise ParameterError("pp_microbatches needs pp above 1")
+    if point.pp > 1 and point.pp_schedule == "1f1b" and point.microbatches < point.pp:
+        # torch's Schedule1F1B: its warm-up runs one forward per later stage before the first backward
+        raise ParameterError(f"pp_schedule 1f1b needs pp_microbatches of at least pp {point.pp}, "
+                             f"got {point.microbatches}")
     sharded = point.engine == "fsdp" or point.tp * point.pp > 1
     if sharded and point.precision == "fp16":
         raise ParameterError("fp16 under fsdp, tp or pp needs a sharded gradient scaler, not built here; "

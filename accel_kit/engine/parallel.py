@@ -153,14 +153,18 @@ class ParallelTrainer(Trainer):
     def clip_gradients(self, params: list[torch.Tensor], max_norm: float) -> None:
         """Scale to a global norm of at most ``max_norm``: a sharded gradient's norm reduced over its shards
         (a replicated one's counted once), then every local shard scaled by the same factor."""
-        grads = [p.grad for p in params if p.grad is not None]
+        squares = self.squared_grad_norm(params)
+        scale = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in (p.grad for p in params if p.grad is not None):
+            _local(g).mul_(scale.to(g.dtype))
+
+    def squared_grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """The squared norm of all of ``params``' gradients together: each sharded one's over its shards."""
         squares = torch.zeros((), device=self.device)
-        for g in grads:
+        for g in (p.grad for p in params if p.grad is not None):
             norm = torch.linalg.vector_norm(g)
             squares += (norm.full_tensor() if isinstance(norm, DTensor) else norm).float() ** 2
-        scale = (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            _local(g).mul_(scale.to(g.dtype))
+        return squares
 
     def copy_masters(self) -> None:
         """As ``Trainer``'s, on the local shards: DTensor has no foreach copy, and a master is placed as its
