@@ -151,10 +151,16 @@ class TrainMeasurement(KindMeasurement):
 
     # --- the input pipeline, on its own
 
+    def _readers(self) -> int:
+        """Processes that read distinct batches: the ranks over the tensor x pipeline layout, since the ranks of
+        one tensor-parallel group and of one pipeline all read their replica's batches (``layout.data_rank``)."""
+        p = self.point
+        return max(1, p.ranks // (p.tp * p.pp))
+
     def _loader_batches(self) -> int:
         """Micro-batches one process's loader delivered in the timed window: its share of each call's samples."""
         p = self.point
-        return -(-self.samples_per_call // (p.ranks * p.micro_batch_size)) * p.steps
+        return -(-self.samples_per_call // (self._readers() * p.micro_batch_size)) * p.steps
 
     def _time_loader(self) -> float:
         """Seconds a fresh loader on the same data (same seed and rank: the batches the window began with)
@@ -174,7 +180,7 @@ class TrainMeasurement(KindMeasurement):
         in line, so it waits that long on them)."""
         p = self.point
         loader_tokens = self._loader_batches() * p.micro_batch_size * p.seq_len
-        consumed = self.tokens_per_call / p.ranks / step_s  # tokens per second one process's step took in
+        consumed = self.tokens_per_call / self._readers() / step_s  # tokens per second one process's step took in
         loader = loader_tokens / self.loader_s if self.loader_s > 0 else float("inf")
         wait_pct = 100 * consumed / loader
         return {"loader_tokens_per_s": loader if loader != float("inf") else None,
