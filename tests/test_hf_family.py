@@ -183,3 +183,19 @@ def test_an_edited_config_file_is_a_new_point(tmp_path):
     _write(tmp_path, "qwen2", Qwen2Config(**(TINY | {"num_hidden_layers": 3})))
     assert point.key() != before
     assert preset_digest("gpt2-debug") is None
+
+
+@pytest.mark.slow  # the check loads the config, building transformers' model on the meta device: seconds at first
+def test_layouts_the_family_has_not_built_are_refused_in_one_line(tmp_path):
+    from transformers import Qwen2Config
+
+    from accel_kit.engine.layout import check_layout
+    from accel_kit.engine.point import TrainPoint
+
+    preset = _write(tmp_path, "qwen2", Qwen2Config(**TINY))
+    for fields, message in (({"tp": 2}, "the hf family has no tensor-parallel plan"),
+                            ({"pp": 2}, "the hf family's models do not split into pipeline stages here")):
+        point = TrainPoint(system="cpu", preset=preset, precision="fp32", micro_batch_size=4, seq_len=16, devices=2,
+                           **fields)
+        with pytest.raises(ParameterError, match=message):
+            check_layout(point)
