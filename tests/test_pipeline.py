@@ -170,4 +170,4 @@ def test_pipelines_train_as_one_process_and_ddp(tmp_path, monkeypatch):
             _assert_same_losses(_losses(run), _losses(reference), f"{preset} {what}")
             _assert_same_losses(run["grad_norms"], reference["grad_norms"], f"{preset} {what}: gradient norms")
         assert [(r["metrics"]["dp"], r["metrics"]["mesh"]) for r in (gpipe, four)] == [
-            (1, "pp 2 x dp 1 x tp 1"), (2, "pp 2 x dp 2 x tp 1")]
+            (1, "pp 2 x dp 1 x cp 1 x tp 1"), (2, "pp 2 x dp 2 x cp 1 x tp 1")]

@@ -152,10 +152,11 @@ class TrainMeasurement(KindMeasurement):
     # --- the input pipeline, on its own
 
     def _readers(self) -> int:
-        """Processes that read distinct batches: the ranks over the tensor x pipeline layout, since the ranks of
-        one tensor-parallel group and of one pipeline all read their replica's batches (``layout.data_rank``)."""
+        """Processes that read distinct batches: the ranks over the tensor x pipeline x context layout, since
+        the ranks of one tensor- or context-parallel group and of one pipeline all read their replica's
+        batches (``layout.data_rank``)."""
         p = self.point
-        return max(1, p.ranks // (p.tp * p.pp))
+        return max(1, p.ranks // (p.tp * p.pp * p.cp))
 
     def _loader_batches(self) -> int:
         """Micro-batches one process's loader delivered in the timed window: its share of each call's samples."""
