@@ -11,10 +11,11 @@ split one replica over the two processes (dp 1), so their global batch is half o
 
 On a CPU the two "devices" are processes sharing its cores (each gets half of them): the
 efficiency says what the layout's communication and split cost on this machine, not on GPUs.
-Measured here with the defaults (2-core AMD EPYC shared with other jobs, load about 6, bf16 by
-``auto``, before pipeline parallelism was built, so pp2 was skipped): 2 min 43 s for the four points;
-tokens/s per device 75 (one process), 55 ddp (73 %), 45 fsdp (60 %), 40 tp 2 (53 %). On so loaded
-a machine these move by tens of percent between runs. ``--preset gpt2-debug`` takes about 1.5 min.
+Measured here with the defaults (2-core AMD EPYC with AVX512-BF16, nothing else running, bf16 by
+``auto``; 1 min 34 s for the five points): tokens/s per device 152 (one process), 118 ddp (78 %),
+86 fsdp (56 %), 77 tp 2 (51 %), 73 pp 2 (48 %). One process has both cores, each of two ranks one:
+so even DDP's figure is mostly the halved cores, and the layouts' order, not their size, is what
+this machine says.
 
     python benchmarks/parallel_layouts.py
     python benchmarks/parallel_layouts.py --layouts ddp tp2 --steps 5 --preset llama3-small
