@@ -238,12 +238,18 @@ def latest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 @functools.lru_cache(maxsize=1)
 def git_commit() -> dict[str, Any]:
     """The commit of the accel-kit checkout (and whether it has uncommitted changes)."""
-    repo = Path(__file__).resolve().parent.parent
+    return git_state(Path(__file__).resolve().parent.parent)
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    """``repo``'s commit and whether its tracked files changed, read without writing to the repository."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                                 timeout=5, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                                    capture_output=True, text=True, timeout=5).stdout.strip())
+        # --no-optional-locks: a plain `git status` refreshes the index under .git/index.lock, and a run
+        # killed meanwhile (Ctrl-C, SIGKILL, a timeout) left that lock behind: the user's next commit failed.
+        dirty = bool(subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=repo, capture_output=True, text=True, timeout=5).stdout.strip())
         return {"commit": commit, "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}

@@ -118,3 +118,26 @@ def test_training_records_load_with_their_layout_columns(tmp_path):
                       {"tp": 1, "pp": 1, "cp": 1, "engine": "deepspeed", "dp": 2, "mesh": "pp 1 x dp 2 x cp 1 x tp 1"},
                       {"tp": 2, "pp": 1, "cp": 1, "engine": "fsdp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 2"}]
     assert df[["tp", "engine", "dp", "mesh"]].iloc[3].isna().all()
+
+
+def test_reading_the_checkouts_commit_writes_nothing_to_it(tmp_path):
+    # A plain `git status` rewrites a stale index under .git/index.lock; a run killed meanwhile left the
+    # lock behind in the user's checkout (the next commit failed). The record's git state is read only.
+    import os
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "one")
+    index = tmp_path / ".git" / "index"
+    os.utime(tmp_path / "f.txt", ns=(1, 1))  # the index's stat data is stale now: a refresh would rewrite it
+    before = index.stat()
+    state = results.git_state(tmp_path)
+    assert state["commit"] and state["dirty"] is False
+    after = index.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
