@@ -65,6 +65,11 @@ _DECLARED = [
     Metric("time_estimate_s", "s", "a point skipped for its time budget: the estimate that exceeded it"),
     # --- throughput
     Metric("step_time_s", "s", "one optimizer step (median)", T),
+    Metric("grad_sync_s", "s", "per optimizer step (median of the timed steps), the gradient reductions the engine "
+           "issues itself after the backward, outside it: the dp all-reduce under ddp with tp, pp or cp, and a "
+           "pipeline's tied-weight sum (exposed communication; DDP's and FSDP's own overlap the backward and are "
+           "not separable)", T),
+    Metric("grad_sync_pct", "%", "grad_sync_s as a share of step_time_s", T),
     Metric("tokens_per_s", "tokens/s", "tokens per second over all devices (block: of one block)"),
     Metric("tokens_per_s_per_device", "tokens/s", "tokens per second per device", T),
     Metric("samples_per_s", "samples/s", "samples per second over the median step", T),

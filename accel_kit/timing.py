@@ -8,6 +8,7 @@ inter-quartile range) rather than the mean.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,32 @@ class Timing:
             "trials": len(self.times_s),
             "warmup_total_s": self.warmup_total_s,
         }
+
+
+class Stopwatch:
+    """Seconds spent inside one kind of region of each step (e.g. a gradient all-reduce the engine issues
+    itself), synchronised on both sides like every other clock here: ``times_s`` holds one total per step.
+    """
+
+    def __init__(self, synchronize: Callable[[], None]):
+        self.synchronize = synchronize
+        self.times_s: list[float] = []
+        self._open = 0.0
+
+    @contextlib.contextmanager
+    def region(self):
+        self.synchronize()  # the work queued before (the backward) is not charged to the region
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.synchronize()
+            self._open += time.perf_counter() - start
+
+    def end_step(self) -> None:
+        """Close the current step's total (zero where no region ran)."""
+        self.times_s.append(self._open)
+        self._open = 0.0
 
 
 class OverBudget(RuntimeError):

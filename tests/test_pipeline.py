@@ -179,3 +179,8 @@ def test_pipelines_train_as_one_process_and_ddp(tmp_path, monkeypatch):
     tp_dp, llama_ddp = results[(0, 3 + len(PRESETS))], results[(2, 2)]
     _assert_same_losses(_losses(tp_dp), _losses(llama_ddp), "llama tp 2 x dp 2 against ddp at dp 2")
     assert (tp_dp["metrics"]["dp"], tp_dp["metrics"]["mesh"]) == (2, "pp 1 x dp 2 x cp 1 x tp 2")
+    # The gradient reductions the engine issues itself are timed (its dp all-reduce under ddp with tp, a
+    # pipeline's tied-weight sum); DDP's own overlap its backward and are not.
+    for run in (tp_dp, results[(0, 0)]):
+        assert 0 < run["metrics"]["grad_sync_s"] and 0 < run["metrics"]["grad_sync_pct"] < 100, run["metrics"]
+    assert "grad_sync_s" not in llama_ddp["metrics"]

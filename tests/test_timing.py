@@ -1,6 +1,8 @@
 import pytest
 
-from accel_kit.timing import Timing, measure
+import time
+
+from accel_kit.timing import Stopwatch, Timing, measure
 
 
 def test_statistics():
@@ -41,3 +43,18 @@ def test_measure_counts():
     assert len(t.times_s) == 4 and len(t.warmup_times_s) == 1 and seen == [0, 1, 2, 3]
     with pytest.raises(ValueError):
         measure(lambda: None, lambda: None, trials=0)
+
+
+def test_stopwatch_syncs_around_each_region_and_totals_a_step():
+    events = []
+    watch = Stopwatch(lambda: events.append("sync"))
+    for regions in (2, 0, 1):  # a step may have several regions, or none
+        for _ in range(regions):
+            with watch.region():
+                events.append("work")
+                time.sleep(0.01)
+        watch.end_step()
+    assert events == ["sync", "work", "sync"] * 3
+    two, none, one = watch.times_s
+    # (only lower bounds: a sleep lasts at least its time, however busy the machine)
+    assert none == 0 and two >= 0.02 and one >= 0.01

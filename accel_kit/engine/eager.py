@@ -109,7 +109,7 @@ class EagerModel:
                 from accel_kit.engine.parallel import parallel_trainer as layout_trainer
             return layout_trainer(point, model, batches, device, optim, family_of(point.preset),
                                   after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
-                                  graph_break=graph_break)
+                                  graph_break=graph_break, synchronize=self.adapter.synchronize)
         if world > 1:
             model = self.adapter.wrap_ddp(model, device)
         if point.torch_compile:

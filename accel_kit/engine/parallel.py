@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any
+import statistics
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,7 @@ from torch.distributed.tensor import DTensor
 
 from accel_kit.engine.step import Trainer, param_groups
 from accel_kit.precision import PrecisionSpec, spec
+from accel_kit.timing import Stopwatch, Timing
 
 from accel_kit.engine.layout import MESH_DIMS, mesh_sizes
 
@@ -89,15 +91,30 @@ class ParallelTrainer(Trainer):
     context parallelism); None: FSDP does, or there is one replica. ``cp_mesh``: the context-parallel ranks
     each micro-batch's sequence is sharded over, with the model's ``position_buffers`` (tensor, sequence
     dimension) sharded too; ``cp_backends``: the SDPA kernels to restrict attention to there (None: as set
-    around the window). None: no context parallelism.
+    around the window). None: no context parallelism. ``synchronize``: the device's (the adapter's), for
+    ``grad_sync``, the time in the gradient reductions this trainer issues itself (``extra_metrics``).
     """
 
     def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, cp_mesh: Any = None,
                  position_buffers: list[tuple[torch.Tensor, int]] = (), cp_backends: list | None = None,
-                 **kwargs: Any):
+                 synchronize: Callable[[], None] | None = None, **kwargs: Any):
         self.fsdp, self.dp_group = fsdp, dp_group
         self.cp_mesh, self.position_buffers, self.cp_backends = cp_mesh, list(position_buffers), cp_backends
+        self.grad_sync = Stopwatch(synchronize or (lambda: None))
         super().__init__(*args, **kwargs)
+
+    @property
+    def issues_grad_sync(self) -> bool:
+        """Whether this trainer reduces gradients itself, after the backward (what ``grad_sync`` times)."""
+        return self.dp_group is not None
+
+    def extra_metrics(self, timing: Timing) -> dict[str, float]:
+        """The exposed gradient reductions per step (median over the timed steps; on this path one timed call
+        is one optimizer step), and their share of the step. FSDP's and DDP's own overlap the backward."""
+        if not self.issues_grad_sync:
+            return {}
+        sync_s = statistics.median(self.grad_sync.times_s[-len(timing.times_s):])
+        return {"grad_sync_s": sync_s, "grad_sync_pct": 100 * sync_s / timing.median_s}
 
     @contextlib.contextmanager
     def sequence_context(self, x: torch.Tensor, y: torch.Tensor):
@@ -175,12 +192,14 @@ class ParallelTrainer(Trainer):
     def optimizer_step(self) -> None:
         if self.dp_group is not None:
             size = dist.get_world_size(self.dp_group)
-            for p in self.params:
-                if p.grad is not None:
-                    grad = _local(p.grad)
-                    dist.all_reduce(grad, group=self.dp_group)
-                    grad.div_(size)
+            with self.grad_sync.region():
+                for p in self.params:
+                    if p.grad is not None:
+                        grad = _local(p.grad)
+                        dist.all_reduce(grad, group=self.dp_group)
+                        grad.div_(size)
         super().optimizer_step()
+        self.grad_sync.end_step()
 
 
 def context_parallel_kwargs(point: Any, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:

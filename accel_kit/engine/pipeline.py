@@ -108,6 +108,10 @@ class PipelineTrainer(ParallelTrainer):
         tied_ids = {id(p) for p in tied}
         self.in_norm = [self.stage.is_first or id(p) not in tied_ids for p in self.params]
 
+    @property
+    def issues_grad_sync(self) -> bool:
+        return bool(self.tied) or self.dp_group is not None
+
     def accumulate(self) -> torch.Tensor:
         """The schedule over ``gas`` micro-batches; returns the mean micro-batch loss on every rank of the pipeline.
 
@@ -137,8 +141,10 @@ class PipelineTrainer(ParallelTrainer):
     def optimizer_step(self) -> None:
         # Sum a tied weight's two gradients (embedding's on the first stage, output projection's on the
         # last): each copy then has the one weight's gradient, and the same update keeps them equal.
-        for p in self.tied:
-            dist.all_reduce(p.grad, group=self.ends_group)
+        if self.tied:
+            with self.grad_sync.region():
+                for p in self.tied:
+                    dist.all_reduce(p.grad, group=self.ends_group)
         super().optimizer_step()  # the dp average, then clipping and AdamW
 
 
