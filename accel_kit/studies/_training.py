@@ -30,9 +30,8 @@ from accel_kit.engine.point import TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
 
 
-# The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them;
-# cp joins them where the training point has it.
-LAYOUT_FIELDS: tuple[str, ...] = tuple(f for f in ("engine", "tp", "pp", "cp") if f in TrainSpec.model_fields)
+# The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them.
+LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp")
 _Engine = TrainSpec.model_fields["engine"].annotation
 _Schedule = TrainSpec.model_fields["pp_schedule"].annotation
 
@@ -56,7 +55,7 @@ class OtherModel(BaseModel):
     engine: _Engine | None = None
     tp: PositiveInt | None = None
     pp: PositiveInt | None = None
-    cp: PositiveInt | None = None  # taken where the training point has context parallelism
+    cp: PositiveInt | None = None
     pp_microbatches: PositiveInt | None = None
     pp_schedule: _Schedule | None = None
     systems: list[str] | None = None  # the systems it runs on; None: every one
@@ -89,8 +88,7 @@ class TrainingParams(StudyParams, TrainSpec):
 
 
 def check_also(also: list[OtherModel]) -> None:
-    """Refuse, in one line, an ``also`` entry naming a system that does not exist or a field the training
-    point does not have (``cp`` before context parallelism is built)."""
+    """Refuse, in one line, an ``also`` entry naming a system that does not exist."""
     from accel_kit.systems import system_ids
 
     known = system_ids()
@@ -99,10 +97,6 @@ def check_also(also: list[OtherModel]) -> None:
         if unknown:
             raise ParameterError(f"parameter 'also[{i}][systems]': unknown system {', '.join(map(repr, unknown))}; "
                                  f"known: {', '.join(known)}")
-        missing = sorted(set(other.changes()) - set(TrainSpec.model_fields))
-        if missing:
-            raise ParameterError(f"parameter 'also[{i}]': {', '.join(missing)} is not a training parameter here "
-                                 "(not built yet)")
 
 
 class AxesParams(TrainingParams):

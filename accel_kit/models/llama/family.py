@@ -106,7 +106,6 @@ class Llama3(Family):
         s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
         dq, dkv, f = a * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.ffn_hidden_size
         norms = 2 * (BYTES_16BIT * s * b * h + BYTES_FP32 * s * b)
-        attention_in = BYTES_16BIT * s * b * (h + dq + 2 * dkv + dq)
         scores = BYTES_FP32 * a * s * b if flash_attention else BYTES_16BIT * a * s * s * b
         whole = norms + 2 * BYTES_16BIT * s * b * h  # the norms, and qkv_proj's and gate_up_proj's inputs
         split = BYTES_16BIT * s * b * (dq + 2 * dkv + dq) + scores + BYTES_16BIT * s * b * 4 * f
