@@ -6,7 +6,7 @@ from training_notebooks import TINY, run_notebook
 @pytest.mark.slow
 def test_gas_notebook(out_dir):
     df = run_notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1],
-                      **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic")
+                      **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic", vocab_size=97)
     assert list(df["gas"]) == [1, 2] and set(df["status"]) == {"ok"}
     assert list(df["global_batch_size"]) == [1, 2]
     assert (out_dir / "gas" / "figures" / "gas_tokens_per_s.html").exists()
@@ -15,6 +15,6 @@ def test_gas_notebook(out_dir):
     assert "tokens/s spread" in first and "Report: " in first
     # Run All again: every point is reused, and the page says so in one line, with how to measure again.
     run_notebook("gas", out_dir, gas_values=[1, 2], micro_batch_sizes=[1],
-                 **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic")
+                 **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic", vocab_size=97)
     again = (out_dir / "gas.ipynb").read_text()
     assert "Nothing was measured now: all 2 points were recorded before (" in again and "rerun = True" in again
