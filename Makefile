@@ -47,16 +47,13 @@ run: install
 # overlap the main tests instead of adding to them (the build is mostly a download and unpacking, and the
 # tests were 45 s at the end); their output is printed after the main tests'. CEREBRAS=0 leaves both out.
 CEREBRAS ?= 1
-# The background work yields the cores and the disk to the main tests (it fills their idle moments
-# instead of slowing them): lowest CPU priority, and idle I/O class where ionice exists.
-BACKGROUND := nice -n 19 $(if $(shell command -v ionice 2>/dev/null),ionice -c 3)
 # pytest-xdist workers: one per core (a third on 2 cores was slower: the tests are CPU-bound).
 TEST_WORKERS ?= auto
 test: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	if [ "$(CEREBRAS)" != 0 ]; then \
-	  { $(BACKGROUND) $(MAKE) --no-print-directory cerebras || { echo "make cerebras failed"; exit 3; }; \
-	    $(BACKGROUND) $(MAKE) --no-print-directory test-cerebras; } > $$scratch/cerebras.log 2>&1 & \
+	  { $(MAKE) --no-print-directory cerebras || { echo "make cerebras failed"; exit 3; }; \
+	    $(MAKE) --no-print-directory test-cerebras; } > $$scratch/cerebras.log 2>&1 & \
 	fi; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks \
 	  --nbval-lax -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
