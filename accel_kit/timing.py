@@ -88,11 +88,13 @@ class Stopwatch:
     def __init__(self, synchronize: Callable[[], None]):
         self.synchronize = synchronize
         self.times_s: list[float] = []
+        self.regions = 0  # regions timed so far (none: nothing of the kind ran)
         self._open = 0.0
 
     @contextlib.contextmanager
     def region(self):
         self.synchronize()  # the work queued before (the backward) is not charged to the region
+        self.regions += 1
         start = time.perf_counter()
         try:
             yield

@@ -103,15 +103,10 @@ class ParallelTrainer(Trainer):
         self.grad_sync = Stopwatch(synchronize or (lambda: None))
         super().__init__(*args, **kwargs)
 
-    @property
-    def issues_grad_sync(self) -> bool:
-        """Whether this trainer reduces gradients itself, after the backward (what ``grad_sync`` times)."""
-        return self.dp_group is not None
-
     def extra_metrics(self, timing: Timing) -> dict[str, float]:
         """The exposed gradient reductions per step (median over the timed steps; on this path one timed call
         is one optimizer step), and their share of the step. FSDP's and DDP's own overlap the backward."""
-        if not self.issues_grad_sync:
+        if not self.grad_sync.regions:  # it reduced no gradient itself (FSDP's and DDP's own overlap the backward)
             return {}
         sync_s = statistics.median(self.grad_sync.times_s[-len(timing.times_s):])
         return {"grad_sync_s": sync_s, "grad_sync_pct": 100 * sync_s / timing.median_s}

@@ -108,10 +108,6 @@ class PipelineTrainer(ParallelTrainer):
         tied_ids = {id(p) for p in tied}
         self.in_norm = [self.stage.is_first or id(p) not in tied_ids for p in self.params]
 
-    @property
-    def issues_grad_sync(self) -> bool:
-        return bool(self.tied) or self.dp_group is not None
-
     def accumulate(self) -> torch.Tensor:
         """The schedule over ``gas`` micro-batches; returns the mean micro-batch loss on every rank of the pipeline.
 

@@ -59,8 +59,8 @@ class Layout:
 
     @classmethod
     def of(cls, point: Any) -> Layout:
-        """The layout of a training point (``accel_kit.engine.point.TrainPoint``; ``cp`` 1 where it has none)."""
-        return cls(dp=point.data_parallel_size, tp=point.tp, pp=point.pp, cp=getattr(point, "cp", 1),
+        """The layout of a training point (``accel_kit.engine.point.TrainPoint``)."""
+        return cls(dp=point.data_parallel_size, tp=point.tp, pp=point.pp, cp=point.cp,
                    engine=point.engine, microbatches=point.microbatches, schedule=point.pp_schedule)
 
     @property
