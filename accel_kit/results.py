@@ -99,6 +99,15 @@ def kind_of_study(study: str) -> str:
 # defaults (``accel_kit.engine.point.TrainSpec``) where a record predates them: one model replica per
 # device, under the engine it names (ddp where it names none), no context parallelism.
 LAYOUT_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "cp": 1, "engine": "ddp"}
+# The device mesh's dimensions, outermost first (torchtitan's order): tp innermost, as its all-reduces run
+# in every block, then cp, whose ring exchanges keys and values once per block. The engine builds its mesh
+# in this order (accel_kit.engine.layout) and records name it so (``mesh_label``).
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+
+
+def mesh_label(**sizes: int) -> str:
+    """The mesh as a record's ``mesh`` shows it, ``pp 1 x dp 2 x cp 1 x tp 1``, from each of ``MESH_DIMS``' sizes."""
+    return " x ".join(f"{name} {sizes[name]}" for name in MESH_DIMS)
 
 
 def upgrade(record: dict) -> dict:
@@ -119,9 +128,9 @@ def _with_layout(record: dict) -> dict:
     derived = {}
     if "dp" not in metrics and dp is not None:
         derived["dp"] = dp
-    if "mesh" not in metrics and dp is not None:  # engine.layout.mesh_text's form, outermost first
+    if "mesh" not in metrics and dp is not None:
         layout = LAYOUT_DEFAULTS | params
-        derived["mesh"] = f"pp {layout['pp']} x dp {dp} x cp {layout['cp']} x tp {layout['tp']}"
+        derived["mesh"] = mesh_label(pp=layout["pp"], dp=dp, cp=layout["cp"], tp=layout["tp"])
     if not missing and not derived:
         return record
     return dict(record, params=missing | params, metrics=metrics | derived)

@@ -12,10 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel_kit.errors import ParameterError
-
-# The device mesh's dimensions, outermost first (torchtitan's order): tp innermost, as its all-reduces run
-# in every block, then cp, whose ring exchanges keys and values once per block.
-MESH_DIMS = ("pp", "dp", "cp", "tp")
+from accel_kit.results import MESH_DIMS, mesh_label  # noqa: F401 (MESH_DIMS: the mesh's order, for parallel.py)
 
 
 def mesh_sizes(point: Any) -> tuple[int, ...]:
@@ -25,7 +22,7 @@ def mesh_sizes(point: Any) -> tuple[int, ...]:
 
 def mesh_text(point: Any) -> str:
     """The layout as a record shows it: ``pp 1 x dp 2 x cp 1 x tp 1``."""
-    return " x ".join(f"{name} {size}" for name, size in zip(MESH_DIMS, mesh_sizes(point)))
+    return mesh_label(**dict(zip(MESH_DIMS, mesh_sizes(point))))
 
 
 def data_rank(point: Any, rank: int) -> int:

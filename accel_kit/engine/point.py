@@ -75,6 +75,12 @@ class TrainSpec(BaseModel):
         return self
 
 
+def pipeline_chunks(pp: int, pp_microbatches: int | None) -> int:
+    """Chunks each micro-batch splits into in a pipeline of ``pp`` stages: ``pp_microbatches``, by default
+    pp; 1 without a pipeline."""
+    return (pp_microbatches or pp) if pp > 1 else 1
+
+
 # Fields added after records existed, left out of the key at these defaults so that every earlier
 # record's key is what it was (a point at the defaults is the point those records measured).
 KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe", "cp": 1}
@@ -193,7 +199,7 @@ class TrainPoint(Point, TrainSpec):
     @property
     def microbatches(self) -> int:
         """Chunks of a micro-batch in flight in the pipeline (1: no pipeline)."""
-        return (self.pp_microbatches or self.pp) if self.pp > 1 else 1
+        return pipeline_chunks(self.pp, self.pp_microbatches)
 
     @property
     def global_batch_size(self) -> int:

@@ -62,7 +62,9 @@ class WhatIfParams(StudyParams):
                                  "use ddp or fsdp")
         if self.pp_microbatches is not None and self.pp == 1:
             raise ParameterError("parameter 'pp_microbatches' needs pp above 1")
-        chunks = self.pp_microbatches or self.pp
+        from accel_kit.engine.point import pipeline_chunks
+
+        chunks = pipeline_chunks(self.pp, self.pp_microbatches)
         if self.pp > 1 and self.micro_batch_size and self.micro_batch_size % chunks:
             raise ParameterError(f"parameter 'micro_batch_size': {self.micro_batch_size} does not split into "
                                  f"{chunks} pipeline chunks (pp_microbatches)")

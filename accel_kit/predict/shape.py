@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from accel_kit import flops as F
+from accel_kit.engine.point import pipeline_chunks
 from accel_kit.models.family import FlopTerms
 from accel_kit.precision import spec
 
@@ -73,7 +74,7 @@ class StepShape:
     @property
     def microbatches(self) -> int:
         """Chunks of a micro-batch in flight in the pipeline (1: no pipeline), as the training point has it."""
-        return (self.pp_microbatches or self.pp) if self.pp > 1 else 1
+        return pipeline_chunks(self.pp, self.pp_microbatches)
 
     @property
     def layout(self):
