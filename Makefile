@@ -18,9 +18,13 @@ PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CON
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# Both environments install accel-kit editable, and each such install rewrites accel_kit.egg-info/ in the
+# checkout: make test builds them side by side, so that step takes a lock (flock, where there is one).
+EDITABLE_LOCK := $(if $(shell command -v flock 2>/dev/null),flock .editable.lock)
+
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(PIP) torch
-	$(PIP) -e '.[dev]'
+	$(EDITABLE_LOCK) $(PIP) -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -43,18 +47,21 @@ run: install
 
 # Unit tests, notebooks end to end (papermill), and nbval over notebooks/ with the seconds-long smoke profile
 # (make run runs the quick one), one pytest worker per core (TEST_WORKERS); results go to a scratch folder.
-# Meanwhile, in the background, the Cerebras environment is built and its tests run (test-cerebras): they
-# overlap the main tests instead of adding to them (the build is mostly a download and unpacking, and the
-# tests were 45 s at the end); their output is printed after the main tests'. CEREBRAS=0 leaves both out.
+# Meanwhile, in the background, the Cerebras environment is built and its tests run (test-cerebras); their
+# output is printed after the main tests'. CEREBRAS=0 leaves both out. The build starts before the main
+# install, not after it: each pip install is mostly one core's work (downloads, unpacking), so the two
+# share the 2 cores there, and the main tests compete only with the Cerebras tests (the build is a 5.7 GB
+# download; beside the main tests it had slowed them by about 2 minutes).
 CEREBRAS ?= 1
 # pytest-xdist workers: one per core (a third on 2 cores was slower: the tests are CPU-bound).
 TEST_WORKERS ?= auto
-test: install
+test:
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	if [ "$(CEREBRAS)" != 0 ]; then \
 	  { $(MAKE) --no-print-directory cerebras || { echo "make cerebras failed"; exit 3; }; \
 	    $(MAKE) --no-print-directory test-cerebras; } > $$scratch/cerebras.log 2>&1 & \
 	fi; \
+	$(MAKE) --no-print-directory install || { status=$$?; wait; exit $$status; }; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_NOTEBOOK_PROFILE=smoke $(BIN)/python -m pytest tests notebooks \
 	  --nbval-lax -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ "$(CEREBRAS)" != 0 ]; then \
@@ -81,8 +88,13 @@ CEREBRAS_KERNEL ?= accel-kit-cerebras
 $(CEREBRAS_BIN)/python:
 	$(PYTHON) -m venv $(CEREBRAS_VENV)
 
-$(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/python
-	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
+# First cerebras-pytorch with its torch (the long part; no lock), then accel-kit editable (its egg-info, locked).
+$(CEREBRAS_VENV)/.sdk: constraints-cerebras.txt | $(CEREBRAS_BIN)/python
+	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt cerebras-pytorch pytest
+	touch $@
+
+$(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt $(CEREBRAS_VENV)/.sdk
+	$(EDITABLE_LOCK) $(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
 	$(CEREBRAS_BIN)/python -m ipykernel install --user --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
 	touch $@
 
