@@ -88,9 +88,12 @@ CEREBRAS_KERNEL ?= accel-kit-cerebras
 $(CEREBRAS_BIN)/python:
 	$(PYTHON) -m venv $(CEREBRAS_VENV)
 
-# First cerebras-pytorch with its torch (the long part; no lock), then accel-kit editable (its egg-info, locked).
-$(CEREBRAS_VENV)/.sdk: constraints-cerebras.txt | $(CEREBRAS_BIN)/python
-	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt cerebras-pytorch pytest
+# First cerebras-pytorch with its torch and accel-kit's dependencies (the long part; no lock), then accel-kit
+# editable, its dependencies there already (its egg-info, locked). Without tomllib (Python 3.10) the second
+# step installs the dependencies.
+PROJECT_DEPS = $(shell $(PYTHON) -c "import shlex, tomllib; print(shlex.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" 2>/dev/null)
+$(CEREBRAS_VENV)/.sdk: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/python
+	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt cerebras-pytorch pytest $(PROJECT_DEPS)
 	touch $@
 
 $(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt $(CEREBRAS_VENV)/.sdk

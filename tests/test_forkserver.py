@@ -63,6 +63,38 @@ class PreloadingProbe(Probe):
         return ("tabnanny",)  # a small module nothing else here imports
 
 
+class GroupProbe(Point):
+    """A point of ``world`` gloo ranks: each all-reduces its rank and reports torchrun's variables, or
+    (``fail_rank``) exits with status 3 at once while the others wait in the all-reduce for it."""
+
+    kind: str = "test_forkserver:GroupProbe"
+    world: int = 2
+    fail_rank: int = -1
+    pid_dir: str = ""
+
+    @property
+    def ranks(self) -> int:
+        return self.world
+
+    @property
+    def needs_group(self) -> bool:
+        return True
+
+    def measure(self, ctx) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        if self.pid_dir:
+            Path(self.pid_dir, str(ctx.rank)).write_text(str(os.getpid()))
+        if ctx.rank == self.fail_rank:
+            os._exit(3)
+        total = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(total)
+        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")
+        return {"status": "ok", "metrics": {"rank_sum": total.item(), "num_threads": torch.get_num_threads(),
+                                            "env": {name: os.environ.get(name) for name in names}}}
+
+
 @pytest.fixture(scope="module")
 def _servers_closed_after_the_module():
     """The module's tests share their fork servers (one key: this PYTHONPATH), closed after the last."""
@@ -207,6 +239,28 @@ def test_records_say_which_path_started_the_point(probe_path, monkeypatch, tmp_p
                                timeout_s=120, progress=False)
         assert recs[0]["status"] == "ok" and recs[0]["env"]["point_start"] == start
         assert recs[0]["env"]["system"]["id"] == "cpu"  # the runner's own env fields still added
+
+
+@pytest.mark.slow
+def test_a_local_group_of_ranks_forks_as_torchrun_would_start_it(probe_path, monkeypatch):
+    point = GroupProbe(system="cpu", precision="fp32")
+    forked = _run(point, monkeypatch, fork=True)
+    torchrun = _run(point, monkeypatch, fork=False)  # the fresh interpreters' path: torchrun --standalone
+    assert forked["status"] == torchrun["status"] == "ok", (forked, torchrun)
+    assert forked["metrics"] == torchrun["metrics"]  # torchrun's variables, its one thread a rank, the rendezvous
+    assert forked["metrics"]["rank_sum"] == 1.0 and forked["metrics"]["num_threads"] == 1
+    assert forked["metrics"]["env"] == {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                                        "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_ends_its_group_with_its_status(probe_path, monkeypatch, tmp_path):
+    # Rank 1 exits with status 3 while rank 0 waits for it in an all-reduce: the group is killed then,
+    # long before the timeout (a point left to its timeout would say "timeout" instead).
+    point = GroupProbe(system="cpu", precision="fp32", fail_rank=1, pid_dir=str(tmp_path))
+    result = _run(point, monkeypatch, fork=True, timeout_s=600)
+    assert result["status"] == "error" and "worker exited with status 3" in result["reason"], result
+    assert _gone(int((tmp_path / "0").read_text()))
 
 
 RUNNER = """

@@ -3,7 +3,6 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from accel_kit.models import build_model
 from accel_kit.engine import NonFiniteLoss, OptimConfig, Trainer, learning_rate
@@ -11,6 +10,7 @@ from accel_kit.engine.launch import distributed_env, render_jobscript, worker_co
 from accel_kit.engine.point import NOT_IN_KEY, TrainPoint
 from accel_kit.peaks import MeasuredPeak
 from numerics import assert_close_sums, eps, gpt_forward_terms
+from ranks import rendezvous, spawn
 
 VOCAB, SEQ = 97, 16
 
@@ -85,8 +85,8 @@ def test_non_finite_loss_stops_with_the_step():
         trainer.step()
 
 
-def _ddp_rank(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _ddp_rank(rank, world, meet, out):
+    os.environ.update(meet)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     (x, y), = _batches(1, 4)
@@ -104,10 +104,9 @@ def _ddp_rank(rank, world, port, out):
 
 @pytest.mark.slow  # two spawned gloo processes: about 9 s on 2 cores
 def test_two_process_ddp_equals_one_process(tmp_path):
-    from accel_kit.engine.launch import free_port
-
     out = tmp_path / "ddp.pt"
-    mp.spawn(_ddp_rank, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    with rendezvous(1) as [meet]:
+        spawn(_ddp_rank, (2, meet, str(out)), 2)
     (x, y), = _batches(1, 4)
     single = Trainer(_model(), iter([(x, y)]), torch.device("cpu"), "fp32", 1, OptimConfig(grad_clip=0.0))
     grads = {}
@@ -168,7 +167,8 @@ def test_jobscripts(scheduler, marker):
 
 @pytest.mark.slow
 def test_deepspeed_zero1_under_its_launcher(out_dir, tmp_path, monkeypatch):
-    """ZeRO-1 through DeepSpeed, as a point under torchrun (DeepSpeed initialises torch.distributed itself).
+    """ZeRO-1 through DeepSpeed, as a point in a group of its own (DeepSpeed initialises torch.distributed
+    itself: the worker gets torchrun's variables, from the fork server or from torchrun).
 
     One rank: the launch, the engine's config and its step are ours to test; several ranks' collectives
     are DeepSpeed's (two DDP and FSDP ranks are tested in tests/test_train.py and tests/test_parallel.py).

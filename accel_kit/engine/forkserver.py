@@ -8,11 +8,20 @@ fresh interpreter: one process per point in a session of its own (a timeout kill
 process group), its memory cap (RLIMIT_DATA), its output in a file whose tail goes into the
 record, and only the runner appends records.
 
-Which points take this path (``forkable``): a single local rank with no launcher (no torchrun
-group, no mpiexec/srun, no vendor ``launch_prefix``, no extra launcher environment). All others
-keep the fresh interpreter (``accel_kit.engine.launch.worker_command``). ``ACCEL_KIT_FORKSERVER=0``
-starts every point in a fresh interpreter; records say which path started a point in
-``env.point_start`` (``forkserver`` or ``exec``).
+Which points take this path (``forkable``): the points whose ranks all run on this node with no
+launcher of their own (no mpiexec/srun, no vendor ``launch_prefix``, no extra launcher environment):
+one rank, or a local group of ranks that torchrun would otherwise start. All others keep the fresh
+interpreter (``accel_kit.engine.launch.worker_command``). ``ACCEL_KIT_FORKSERVER=0`` starts every
+point in a fresh interpreter; records say which path started a point in ``env.point_start``
+(``forkserver`` or ``exec``).
+
+A local group is one fork per rank, each with the variables torchrun gives its ranks (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``, and
+``OMP_NUM_THREADS=1`` where it is unset, as torchrun sets it for several ranks). Their rendezvous is
+a TCP store hosted by the runner on a port the kernel picked (``local_group``), as torchrun's agent
+hosts one (``TORCHELASTIC_USE_AGENT_STORE``): no rank has to bind a port chosen in advance, which
+another process could take meanwhile. The group fails as torchrun's does: the first rank to exit
+with an error has the others' process groups killed, and its exit code is the point's.
 
 What a fork cannot change is read at the server's start: the C allocator's settings
 (``GLIBC_TUNABLES``, from the adapter's ``worker_env()``), the CPU ISA overrides
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import ctypes
 import importlib
 import json
@@ -54,7 +64,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 SWITCH = "ACCEL_KIT_FORKSERVER"  # "0": every point in a fresh interpreter
 MAX_SERVERS = 2  # each holds torch's memory (a few hundred MiB); tests change PYTHONPATH now and then
@@ -90,11 +100,22 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
     return env.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def forkable(launcher: str, ranks: int, nodes: int, needs_group: bool, launch_prefix: list[str],
-             extra_env: dict[str, str]) -> bool:
-    """Whether a point may start from a fork server: one local rank that needs no launcher."""
-    return launcher == "local" and ranks == 1 and nodes == 1 and not needs_group and not launch_prefix \
-        and not extra_env
+def forkable(launcher: str, nodes: int, launch_prefix: list[str], extra_env: dict[str, str]) -> bool:
+    """Whether a point may start from a fork server: its ranks (one, or a group) on this node, no launcher."""
+    return launcher == "local" and nodes == 1 and not launch_prefix and not extra_env
+
+
+@contextlib.contextmanager
+def local_group(ranks: int, env: dict[str, str]) -> Iterator[list[dict[str, str]]]:
+    """Each rank's environment for a group of ``ranks`` on this node, their rendezvous held for the block
+    (``accel_kit.engine.launch.local_rendezvous``)."""
+    from accel_kit.engine.launch import local_rendezvous
+
+    with local_rendezvous() as rendezvous:
+        shared = rendezvous | {"WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks), "GROUP_RANK": "0"}
+        if ranks > 1 and not env.get("OMP_NUM_THREADS"):
+            shared["OMP_NUM_THREADS"] = "1"  # torchrun's default for several ranks: the same measurement
+        yield [env | shared | {"RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(ranks)]
 
 
 @dataclass
@@ -154,40 +175,68 @@ class ForkServer:
             report.settimeout(60)
             return json.loads(report.recv(_MAX_PACKET))
 
-    def run(self, argv: list[str], *, env: dict[str, str], output: Path, timeout_s: float,
+    def run(self, argv: list[str], *, envs: Sequence[dict[str, str]], output: Path, timeout_s: float,
             memory_limit_bytes: int | None = None, preload: Sequence[str] = ()) -> Finished:
-        """Fork a child that runs ``worker.main(argv)`` with ``env``; wait at most ``timeout_s`` for it.
+        """Fork one child per environment in ``envs`` (a point's ranks; one for a single process), each
+        running ``worker.main(argv)``; wait at most ``timeout_s`` for all of them. Their output goes to
+        ``output``.
 
-        ``preload``: modules the server imports before this fork (kept for later points), beyond ``PRELOAD``.
+        ``preload``: modules the server imports before these forks (kept for later points), beyond ``PRELOAD``.
 
-        At the timeout (or if this call is interrupted, e.g. a Ctrl-C) the child's process group is
-        killed. Raises ServerGone if the server ends before the child's exit is known.
+        At the timeout (or if this call is interrupted, e.g. a Ctrl-C) every child's process group is
+        killed, and so are the others' once one child exits with an error (whose code is returned).
+        Raises ServerGone if the server ends before every child's exit is known.
         """
-        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with report:
-            self._send({"op": "run", "argv": argv, "env": env, "cwd": os.getcwd(), "output": str(output),
-                        "memory_limit_bytes": memory_limit_bytes, "preload": list(preload)}, theirs)
-            deadline = time.monotonic() + timeout_s
-            code = timed_out = None
-            while code is None:
-                left = deadline - time.monotonic()
-                if left <= 0 and not timed_out:  # ask the server to kill the group, then wait for the reaping
-                    report.shutdown(socket.SHUT_WR)
-                    timed_out, left = True, None
-                # In slices: a signal (a Ctrl-C, a notebook's interrupt) delivered to another of this
-                # process's threads does not wake this wait, and Python raises KeyboardInterrupt only
-                # when the main thread comes back to run bytecode; a wait of the whole timeout held a
-                # Ctrl-C back for up to that long.
-                report.settimeout(WAIT_SLICE_S if timed_out else max(min(left, WAIT_SLICE_S), 0.001))
-                try:
-                    msg = report.recv(_MAX_PACKET)
-                except socket.timeout:
-                    continue
+        reports: list[socket.socket] = []
+        try:
+            for env in envs:
+                report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                reports.append(report)
+                self._send({"op": "run", "argv": argv, "env": env, "cwd": os.getcwd(), "output": str(output),
+                            "memory_limit_bytes": memory_limit_bytes, "preload": list(preload)}, theirs)
+            codes, timed_out = self._wait(reports, timeout_s)
+        finally:
+            for report in reports:  # (closed early, e.g. interrupted: the server kills those groups)
+                report.close()
+        failed = [code for code in codes if code]
+        text = output.read_bytes() if output.exists() else b""
+        return Finished(None if timed_out else (failed[0] if failed else 0), text)
+
+    @staticmethod
+    def _wait(reports: list[socket.socket], timeout_s: float) -> tuple[list[int], bool]:
+        """Every child's exit code, in the order they ended (first the first failure's); whether the timeout hit."""
+        deadline = time.monotonic() + timeout_s
+        running, codes, killed = set(reports), [], set()
+
+        def kill(which) -> None:  # ask the server to kill these groups; their exits are still reported
+            for report in set(which) - killed:
+                report.shutdown(socket.SHUT_WR)
+                killed.add(report)
+
+        timed_out = False
+        while running:
+            left = deadline - time.monotonic()
+            if left <= 0 and not timed_out:
+                kill(running)
+                timed_out = True
+            # In slices: a signal (a Ctrl-C, a notebook's interrupt) delivered to another of this
+            # process's threads does not wake this wait, and Python raises KeyboardInterrupt only
+            # when the main thread comes back to run bytecode; a wait of the whole timeout held a
+            # Ctrl-C back for up to that long.
+            ready, _, _ = select.select(list(running), [], [],
+                                        WAIT_SLICE_S if timed_out else max(min(left, WAIT_SLICE_S), 0.001))
+            for report in ready:
+                msg = report.recv(_MAX_PACKET)
                 if not msg:
                     raise ServerGone("the fork server ended before the point did")
                 code = json.loads(msg).get("exit")
-        text = output.read_bytes() if output.exists() else b""
-        return Finished(None if timed_out else code, text)
+                if code is None:  # {"pid": N}: forked
+                    continue
+                running.discard(report)
+                codes.append(code)
+                if code:  # as torchrun: one rank failed, the group is done
+                    kill(running)
+        return codes, timed_out
 
     def _send(self, request: dict, report: socket.socket) -> None:
         try:

@@ -13,6 +13,7 @@ tensor-parallel group lies within a node whenever tp divides the devices per nod
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from accel_kit.errors import ParameterError
 
@@ -46,9 +48,29 @@ def distributed_env(environ: dict[str, str] | None = None) -> tuple[int, int, in
 
 
 def free_port() -> int:
+    """A port free now (for a rendezvous on another node, whose store this process cannot host); a local
+    group's rendezvous is ``local_rendezvous``, which holds its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_rendezvous() -> Iterator[dict[str, str]]:
+    """The variables that bring local ranks' ``init_process_group`` (env://) together: a TCP store hosted
+    here, for as long as the block runs, on a port the kernel picked; the ranks connect to it as clients,
+    as torchrun's ranks connect to its agent's store (``TORCHELASTIC_USE_AGENT_STORE``).
+
+    A port picked free beforehand and bound later by rank 0 can be taken meanwhile (by another group, or
+    one of gloo's own connections): that group then fails. This one is held from the start.
+    """
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    try:
+        yield {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    finally:
+        del store
 
 
 def job_hosts() -> list[str]:

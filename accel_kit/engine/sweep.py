@@ -2,7 +2,7 @@
 
 Every study (the microbenchmark's block points and the training studies' steps) runs here:
 
-- Isolation: a worker process (or a torchrun group for several devices) per point; a crash,
+- Isolation: a worker process (or a group of ranks for several devices) per point; a crash,
   an out-of-memory or a hang (``timeout_s``) becomes that point's record (status, reason and
   the worker's traceback or output tail).
 - Resume: a point already recorded with identical parameters and a final status (ok, oom,
@@ -17,6 +17,7 @@ Every study (the microbenchmark's block points and the training studies' steps) 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -74,9 +75,10 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
                cpu_threads: int | None = None) -> dict:
     """Run one point in a process (group) of its own; returns the worker's result or a failure result.
 
-    A single local rank starts as a fork of a preloaded interpreter (``accel_kit.engine.forkserver``),
-    other points in a fresh one (a torchrun group, mpiexec/srun, a vendor's launcher); the result's
-    ``env.point_start`` says which (``forkserver`` or ``exec``).
+    A point whose ranks all run here (one, or a local group that torchrun would start) starts as forks of
+    a preloaded interpreter (``accel_kit.engine.forkserver``), other points in a fresh one (mpiexec/srun,
+    a vendor's launcher, or torchrun where there is no fork server); the result's ``env.point_start``
+    says which (``forkserver`` or ``exec``).
     """
     # The point's layout (make_point fills it from the adapter): one rank per device by default, one client
     # process for a Cerebras point or an IPU pipeline, two per SN30 RDU.
@@ -91,7 +93,7 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         return {"status": "unsupported", "reason": str(exc), "metrics": {}}
     adapter = _adapter_of(point.system)
     prefix = adapter.launch_prefix(point, launcher)  # a vendor's own process launcher
-    fork = forkserver.enabled() and forkserver.forkable(launcher, ranks, nodes, group, prefix, extra_env)
+    fork = forkserver.enabled() and forkserver.forkable(launcher, nodes, prefix, extra_env)
     # The results folder may be on a shared filesystem that every node sees; the temp dir is for
     # single-node runs, where it is as good and always writable.
     with tempfile.TemporaryDirectory(prefix="accel-kit-point-", dir=os.environ.get("ACCEL_KIT_POINT_DIR")) as tmp:
@@ -101,7 +103,8 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         if cpu_threads:
             env["OMP_NUM_THREADS"] = str(cpu_threads)
         argv = ["--point", str(point_file), "--out", str(out_file)]
-        finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log") if fork else None
+        finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log", ranks if ranks > 1 or group else 0) \
+            if fork else None
         start = "forkserver" if finished is not None else "exec"
         if finished is None:
             finished = _exec(prefix + cmd + argv, env, point, timeout_s)
@@ -135,17 +138,19 @@ def _exec(cmd: list[str], env: dict[str, str], point: Point, timeout_s: float) -
     return forkserver.Finished(proc.returncode, output)
 
 
-def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float,
-            output: Path) -> forkserver.Finished | None:
-    """Run the worker as a fork of the environment's server; None where no server could run it (exec it then)."""
+def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float, output: Path,
+            group: int) -> forkserver.Finished | None:
+    """Run the worker as forks of the environment's server: one process, or a ``group`` of that many ranks
+    (torchrun's variables, a rendezvous of the runner's); None where no server could run it (exec it then)."""
     limit = int(point.memory_limit_gib * 2**30) if point.memory_limit_gib else None
     try:
         server = forkserver.server_for(env)
     except forkserver.ServerGone:
         return None
     try:
-        return server.run(argv, env=env, output=output, timeout_s=timeout_s, memory_limit_bytes=limit,
-                          preload=point.preload_modules())
+        with forkserver.local_group(group, env) if group else contextlib.nullcontext([env]) as envs:
+            return server.run(argv, envs=envs, output=output, timeout_s=timeout_s, memory_limit_bytes=limit,
+                              preload=point.preload_modules())
     except forkserver.ServerGone as exc:  # its points die with it (PR_SET_PDEATHSIG): this one failed
         forkserver.discard(server)
         text = output.read_bytes() if output.exists() else b""

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from accel_kit.engine.launch import free_port
+from accel_kit.engine.launch import local_rendezvous
 from accel_kit.errors import AccelKitError
 from accel_kit.predict.comm import Link, fit_link
 
@@ -68,11 +68,11 @@ def probe_link(system_id: str, ranks: int = 2, *, save: bool = True, root: str |
     from accel_kit.systems import load_system
 
     load_system(system_id).adapter_instance()  # a one-line error when the device is missing
-    with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
+    with tempfile.TemporaryDirectory() as tmp, local_rendezvous() as rendezvous:
         # Fresh interpreters (not multiprocessing's spawn, which re-runs the caller's __main__ script).
         procs = [subprocess.Popen([sys.executable, "-m", "accel_kit.predict.links", system_id, str(rank), str(ranks),
-                                   str(port), tmp], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   tmp], env=os.environ | rendezvous, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
                  for rank in range(ranks)]
         errors = [p.communicate(timeout=300)[1] for p in procs]
         if any(p.returncode for p in procs):
@@ -93,7 +93,7 @@ def probe_link(system_id: str, ranks: int = 2, *, save: bool = True, root: str |
     return link
 
 
-def _probe_rank(rank: int, world: int, system_id: str, port: int, out_dir: str) -> None:
+def _probe_rank(rank: int, world: int, system_id: str, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -104,7 +104,6 @@ def _probe_rank(rank: int, world: int, system_id: str, port: int, out_dir: str) 
     if threads:
         torch.set_num_threads(threads)
     device = adapter.collective_device(adapter.prepare(rank))
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(adapter.distributed_backend(), rank=rank, world_size=world)
     best: dict[int, float] = {}
     try:
@@ -128,8 +127,8 @@ def _probe_rank(rank: int, world: int, system_id: str, port: int, out_dir: str) 
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":  # one rank of the probe: SYSTEM RANK WORLD PORT OUT_DIR
+if __name__ == "__main__":  # one rank of the probe: SYSTEM RANK WORLD OUT_DIR (the rendezvous in its environment)
     import sys
 
-    _system, _rank, _world, _port, _out = sys.argv[1:6]
-    _probe_rank(int(_rank), int(_world), _system, int(_port), _out)
+    _system, _rank, _world, _out = sys.argv[1:5]
+    _probe_rank(int(_rank), int(_world), _system, _out)
