@@ -14,12 +14,12 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from accel_kit.engine.layout import check_layout, data_rank, mesh_text
 from accel_kit.engine.point import TrainPoint
 from accel_kit.errors import ParameterError
 from cli_checks import fail_one_line
+from ranks import rendezvous, spawn
 
 SEQ, STEPS = 16, 4
 VOCAB = {"gpt2-debug": 97, "llama3-debug": None}
@@ -161,7 +161,7 @@ def test_positions_are_buffers_that_shard_with_the_sequence(preset, monkeypatch)
     assert not torch.allclose(wrong, full[:, _head_tail_indices(SEQ, 2, 1)], atol=1e-3)
 
 
-def _cp_ranks(rank, world, port, out):
+def _cp_ranks(rank, world, meet, out):
     from accel_kit.engine.eager import point_batches
     from accel_kit.engine.parallel import parallel_trainer
     from accel_kit.engine.step import Trainer, optim_for_point
@@ -169,7 +169,7 @@ def _cp_ranks(rank, world, port, out):
 
     torch.set_num_threads(1)
     _patch_attention(setattr)  # in this spawned process only
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(meet)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     results, trained = {}, []
     for preset in PRESETS:
@@ -208,10 +208,9 @@ def _cp_ranks(rank, world, port, out):
 
 @pytest.mark.slow
 def test_the_trainer_under_torchs_context_parallel_trains_as_one_process(tmp_path):
-    from accel_kit.engine.launch import free_port
-
     out = tmp_path / "results.json"
-    mp.spawn(_cp_ranks, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    with rendezvous(1) as [meet]:
+        spawn(_cp_ranks, (2, meet, str(out)), 2)
     ranks = [json.loads((tmp_path / f"results.json.{rank}").read_text()) for rank in range(2)]
     results = {preset: ranks[0][preset] | {"single": ranks[rank][preset]["single"]}
                for rank, preset in enumerate(PRESETS)}

@@ -2,8 +2,8 @@
 tokens per joule, and the energy of several ranks reduced."""
 import pytest
 import torch
-import torch.multiprocessing as mp
 from energy_standins import FakeMeter, source
+from ranks import rendezvous, spawn
 
 from accel_kit.devices.power import EnergyWindow
 
@@ -45,12 +45,15 @@ def test_train_point_records_tokens_per_joule(monkeypatch):
     assert m["tokens_per_j"] == pytest.approx(2 * 16 * 2 / 64.0)  # micro-batch x sequence x timed steps
 
 
-def _reduce_rank(rank, port, out):
+def _reduce_rank(rank, meet, out):
+    import os
+
     import torch.distributed as dist
 
     from accel_kit.engine.measurement import reduce_energy
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    os.environ.update(meet)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
     cpu = torch.device("cpu")
     host = source(scope="host", rated_power_w=300.0)
     dev = source(rated_power_w=700.0)
@@ -68,12 +71,11 @@ def _reduce_rank(rank, port, out):
     dist.destroy_process_group()
 
 
-@pytest.mark.slow  # two spawned processes, each importing torch and joining a gloo group
+@pytest.mark.slow  # two processes joining a gloo group
 def test_energy_over_ranks(tmp_path):
-    from accel_kit.engine.launch import free_port
-
     out = tmp_path / "energy.pt"
-    mp.spawn(_reduce_rank, args=(free_port(), str(out)), nprocs=2, join=True)
+    with rendezvous(1) as [meet]:
+        spawn(_reduce_rank, (meet, str(out)), 2)
     got = torch.load(out)
     assert got["host"] == (100.0, 3.0, 300.0, None)
     assert got["device"] == (201.0, 2.0, 1400.0, None)

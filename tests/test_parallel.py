@@ -10,7 +10,6 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from accel_kit.engine.layout import check_layout, data_rank
@@ -18,6 +17,7 @@ from accel_kit.engine.point import TrainPoint
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import group_rows_by_shard
 from cli_checks import fail_one_line
+from ranks import rendezvous, spawn
 
 SEQ, STEPS = 16, 6
 VOCAB = {"gpt2-debug": 97, "llama3-debug": None}  # gpt2-debug's 50257-row embedding is most of its time
@@ -82,13 +82,13 @@ def test_fused_rows_regrouped_per_shard():
         torch.testing.assert_close(shard, expected, rtol=0, atol=0)
 
 
-def _ranks(rank, world, points, ports, out):
+def _ranks(rank, world, points, meets, out):
     from accel_kit.engine.worker import run_point
 
     torch.set_num_threads(1)
     results = []
-    for point, port in zip(points, ports):  # one process group per point, as each worker has its own
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    for point, meet in zip(points, meets):  # one process group per point, as each worker has its own
+        os.environ.update(meet)
         results.append(run_point(point, rank, world, rank))
         dist.destroy_process_group()
     if rank == 0:
@@ -113,7 +113,6 @@ def _assert_same_losses(losses, reference, what):
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["gpt2-debug", "llama3-debug"])
 def test_fsdp_and_tensor_parallel_train_as_ddp_and_one_process(preset, tmp_path):
-    from accel_kit.engine.launch import free_port
     from accel_kit.engine.worker import run_point
 
     torch.set_num_threads(1)
@@ -125,7 +124,8 @@ def test_fsdp_and_tensor_parallel_train_as_ddp_and_one_process(preset, tmp_path)
     if preset == "gpt2-debug":
         points[2:2] = [_point(preset, 2, precision="bf16"), _point(preset, 2, precision="bf16", engine="fsdp")]
     out = tmp_path / "results.json"
-    mp.spawn(_ranks, args=(2, points, [free_port() for _ in points], str(out)), nprocs=2, join=True)
+    with rendezvous(len(points)) as meets:
+        spawn(_ranks, (2, points, meets, str(out)), 2)
     results = dict(zip([(p.engine, p.tp, p.precision) for p in points], json.loads(out.read_text())))
     ddp, fsdp, tp = (results[key] for key in [("ddp", 1, "fp32"), ("fsdp", 1, "fp32"), ("ddp", 2, "fp32")])
     _assert_same_losses(_losses(fsdp), _losses(ddp), "fsdp against ddp")

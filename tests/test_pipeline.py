@@ -12,13 +12,13 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from accel_kit.engine.layout import check_layout, stage_blocks
 from accel_kit.engine.pipeline import split_stage, tied_parameters
 from accel_kit.errors import ParameterError
 from accel_kit.models import family_of, get_config
 from accel_kit.models.gpt2.model import GPTConfig
+from ranks import rendezvous, spawn
 from test_parallel import SEQ, VOCAB, _assert_same_losses, _losses, _point
 
 PRESETS = ("gpt2-debug", "llama3-debug")
@@ -116,12 +116,12 @@ def _run(point, *args) -> dict:
 
 
 def _groups(rank, jobs, out_dir):
-    """Run this rank's jobs, each ``(point, port, rank in its group, group size)``, in order; a group's rank 0
+    """Run this rank's jobs, each ``(point, rendezvous, rank in its group, group size)``, in order; a group's rank 0
     writes its results (as the worker's rank 0 writes the record)."""
     torch.set_num_threads(1)
     results = []
-    for index, (point, port, group_rank, size) in enumerate(jobs[rank]):
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    for index, (point, meet, group_rank, size) in enumerate(jobs[rank]):
+        os.environ.update(meet)
         result = _run(point, group_rank, size, group_rank)
         dist.destroy_process_group()
         if group_rank == 0:
@@ -132,7 +132,6 @@ def _groups(rank, jobs, out_dir):
 
 @pytest.mark.slow
 def test_pipelines_train_as_one_process_and_ddp(tmp_path, monkeypatch):
-    from accel_kit.engine.launch import free_port
     from accel_kit.engine.pipeline import PipelineTrainer
     from accel_kit.engine.step import Trainer
 
@@ -144,22 +143,21 @@ def test_pipelines_train_as_one_process_and_ddp(tmp_path, monkeypatch):
     pairs = {preset: [_point(preset, 2, pp=2), _point(preset, 2, pp=2, pp_schedule="1f1b", pp_microbatches=4, gas=2),
                       _point(preset, 2)] for preset in PRESETS}
     fours = {preset: _point(preset, 4, pp=2) for preset in PRESETS}
-    jobs: list[list] = [[] for _ in range(4)]
+    groups = []  # (point, the ranks of its group), in each rank's order
     for first, preset in zip((0, 2), PRESETS):  # two pipelines side by side, each in a group of its own
-        for point in pairs[preset]:
-            port = free_port()
-            for group_rank in range(2):
-                jobs[first + group_rank].append((point, port, group_rank, 2))
+        groups += [(point, [first, first + 1]) for point in pairs[preset]]
     # ... then tensor x data parallel, tp 2 x dp 2 under ddp, last: in torch 2.13's gloo a process group
     # started after a tensor-parallel one's teardown aborts (the worker never meets this: each point has
     # processes of its own), so it is one point, Llama's (GQA: its key/value heads sharded too); GPT-2's
     # tensor parallelism is tested at dp 1 in tests/test_parallel.py.
     tp_dp = _point(PRESETS[1], 4, tp=2)
-    for point in [fours[preset] for preset in PRESETS] + [tp_dp]:
-        port = free_port()
-        for rank in range(4):
-            jobs[rank].append((point, port, rank, 4))
-    mp.spawn(_groups, args=(jobs, str(tmp_path)), nprocs=4, join=True)
+    groups += [(point, [0, 1, 2, 3]) for point in [fours[preset] for preset in PRESETS] + [tp_dp]]
+    with rendezvous(len(groups)) as meets:
+        jobs: list[list] = [[] for _ in range(4)]
+        for (point, members), meet in zip(groups, meets):
+            for group_rank, rank in enumerate(members):
+                jobs[rank].append((point, meet, group_rank, len(members)))
+        spawn(_groups, (jobs, str(tmp_path)), 4)
     results = {}
     for rank in (0, 2):
         for index, result in json.loads((tmp_path / f"{rank}.json").read_text()):
