@@ -6,8 +6,10 @@ step, a tiny matmul run by a probe point kind (``StartProbe``) that reports when
 host's wall clock, shared by both processes). Rounds alternate the two paths (the fork server,
 ``ACCEL_KIT_FORKSERVER=0`` for a fresh interpreter), so a slow spell of a shared machine falls on
 both; prints each path's median, the ratio, and the whole call of a tiny real training point
-(gpt2-debug, one timed step) both ways. The fork server's own start is paid once per runner and
-environment, before the first round, and printed apart.
+(gpt2-debug, one timed step) both ways, at one rank and as two DDP ranks over gloo (forks of the
+server with a rendezvous the runner holds, against torchrun starting two fresh interpreters). The
+fork server's own start is paid once per runner and environment, before the first round, and
+printed apart.
 
     python benchmarks/point_start.py              # 7 rounds
     python benchmarks/point_start.py --rounds 11
@@ -71,11 +73,13 @@ def main() -> int:
     probe = Probe(system="cpu", precision="fp32")
     train = TrainPoint(system="cpu", preset="gpt2-debug", vocab_size=128, precision="fp32", micro_batch_size=2,
                        seq_len=32, steps=1, warmup_steps=0)
+    two_ranks = train.model_copy(update={"devices": 2, "devices_per_node": 2})
     began_s = time.time()
     _timed(probe, "forkserver")  # starts the server
     print(f"fork server start and its first point: {time.time() - began_s:.2f} s (once per runner and environment)")
     start_s: dict[str, list[float]] = {p: [] for p in PATHS}
     train_s: dict[str, list[float]] = {p: [] for p in PATHS}
+    group_s: dict[str, list[float]] = {p: [] for p in PATHS}
     for rnd in range(args.rounds):
         order = list(PATHS) if rnd % 2 == 0 else list(reversed(PATHS))
         for path in order:
@@ -83,9 +87,12 @@ def main() -> int:
             start_s[path].append(result["metrics"]["first_step_at_s"] - began_s)
             began_s, _ = _timed(train, path)
             train_s[path].append(time.time() - began_s)
+            began_s, _ = _timed(two_ranks, path)
+            group_s[path].append(time.time() - began_s)
     forkserver.shutdown()
     print(f"{args.rounds} rounds, alternating; medians (min-max)")
-    for name, figures in (("start to first step", start_s), ("tiny training point, whole call", train_s)):
+    for name, figures in (("start to first step", start_s), ("tiny training point, whole call", train_s),
+                          ("the same as two DDP ranks, whole call", group_s)):
         cells = [f"{p} {statistics.median(v):.3f} s ({min(v):.3f}-{max(v):.3f})" for p, v in figures.items()]
         ratio = statistics.median(figures["exec"]) / statistics.median(figures["forkserver"])
         print(f"  {name}: {'; '.join(cells)}; exec / forkserver = {ratio:.1f}x")
