@@ -1,13 +1,13 @@
 """Tokens/s per device and scaling efficiency of the parallel layouts on two gloo processes, side by side.
 
 One small training point (default GPT-2 small, sequence 128, micro-batch 2, a few steps, synthetic
-tokens) runs as one process, then as two processes in each layout asked for: DDP (dp 2), FSDP2
-(dp 2), tensor parallel 2, pipeline parallel 2. Every point goes through the scaling study's own
-path (``accel_kit.studies.run_study``: the sweep runner, a torchrun group, the worker, its record),
-so what is printed is what ``accel-kit run scaling`` records. A layout this checkout refuses (its
-one-line reason) is printed as skipped, and the others run. Scaling efficiency here is each
-layout's tokens/s per device over the one process's tokens/s: tensor and pipeline parallelism
-split one replica over the two processes (dp 1), so their global batch is half of DDP's.
+tokens) runs as one process, then as two processes in each layout asked for: DDP (dp 2), FSDP2 (dp
+2), tensor parallel 2, pipeline parallel 2. Every point goes through the scaling study's own path
+(``accel_kit.studies.run_study``: the sweep runner, a group of ranks forked from its fork server,
+the worker, its record), so what is printed is what ``accel-kit run scaling`` records. A layout this
+checkout refuses (its one-line reason) is printed as skipped, and the others run. Scaling efficiency
+here is each layout's tokens/s per device over the one process's tokens/s: tensor and pipeline
+parallelism split one replica over the two processes (dp 1), so their global batch is half of DDP's.
 
 On a CPU the two "devices" are processes sharing its cores (each gets half of them): the
 efficiency says what the layout's communication and split cost on this machine, not on GPUs.
@@ -15,7 +15,9 @@ Measured here with the defaults (2-core AMD EPYC with AVX512-BF16, nothing else 
 ``auto``; 1 min 34 s for the five points): tokens/s per device 152 (one process), 118 ddp (78 %),
 86 fsdp (56 %), 77 tp 2 (51 %), 73 pp 2 (48 %). One process has both cores, each of two ranks one:
 so even DDP's figure is mostly the halved cores, and the layouts' order, not their size, is what
-this machine says.
+this machine says. With the ranks forked from the fork server, two runs on the same machine gave
+150 and 146 (one process), ddp 75 % and 76 %, fsdp 56 % and 49 %, tp 2 59 % and 48 %, pp 2 55 %
+and 53 %: from run to run, fsdp, tp and pp moved by up to 11 points.
 
     python benchmarks/parallel_layouts.py
     python benchmarks/parallel_layouts.py --layouts ddp tp2 --steps 5 --preset llama3-small
