@@ -119,7 +119,7 @@ def test_the_cs2_sparse_execution_is_a_kind_the_device_declares():
 
 
 def test_one_client_drives_every_cs2_of_a_point():
-    # Data parallel systems start a rank per device under torchrun; a Cerebras point is one process,
+    # Data parallel systems start a rank per device (a group of ranks); a Cerebras point is one process,
     # with one data-parallel replica per CS-2 (the adapter's layout, which make_point puts in the point).
     layout = get_adapter("cerebras", {"backend": "CSX"}).layout(2)
     assert (layout.processes, layout.replicas) == (1, 2)

@@ -140,7 +140,7 @@ def test_jobscript_says_the_layout_and_starts_torchrun_per_node(capsys, tmp_path
 @pytest.mark.slow
 def test_scaling_runs_tp_2_on_two_gloo_ranks(tmp_path):
     """`accel-kit run scaling -p device_counts '[2]' -p tp 2`: an ok record whose layout columns are right.
-    One point of two ranks (a torchrun group: about 15 s on 2 busy cores); FSDP and tensor parallelism
+    One point of two ranks (forked from the fork server: seconds); FSDP and tensor parallelism
     training as DDP and one process do is tests/test_parallel.py's, through the same worker path."""
     argv = ["run", "scaling", "--system", "cpu", "--profile", "smoke", "--output-dir", str(tmp_path), "-q",
             "--no-figures", "-p", "preset", "gpt2-debug", "-p", "vocab_size", "97", "-p", "precision", "fp32",

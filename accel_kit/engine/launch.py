@@ -1,6 +1,7 @@
-"""How a point's worker processes are started: locally (one process or torchrun), or across
-nodes inside a batch job (mpiexec as on ALCF Polaris, Open MPI's mpirun, srun under Slurm, or
-torchrun on every node), plus job scripts.
+"""How a point's worker processes are started: locally (one process or torchrun, where the fork server
+does not start them, ``accel_kit.engine.forkserver``), or across nodes inside a batch job (mpiexec
+as on ALCF Polaris, Open MPI's mpirun, srun under Slurm, or torchrun on every node), plus job
+scripts.
 
 Inside a job the sweep runner still runs on the first node and starts each point with one
 ``mpiexec``/``srun`` call; the worker maps the launcher's rank variables to torch's

@@ -106,7 +106,7 @@ class ParallelTrainer(Trainer):
     def extra_metrics(self, timing: Timing) -> dict[str, float]:
         """The exposed gradient reductions per step (median over the timed steps; on this path one timed call
         is one optimizer step), and their share of the step. FSDP's and DDP's own overlap the backward."""
-        if not self.grad_sync.regions:  # it reduced no gradient itself (FSDP's and DDP's own overlap the backward)
+        if not self.grad_sync.regions:  # it reduced no gradient itself
             return {}
         sync_s = statistics.median(self.grad_sync.times_s[-len(timing.times_s):])
         return {"grad_sync_s": sync_s, "grad_sync_pct": 100 * sync_s / timing.median_s}

@@ -126,7 +126,8 @@ class Point(BaseModel):
 
     @property
     def needs_group(self) -> bool:
-        """Several ranks under a launcher (torchrun, mpiexec, srun) rather than one process."""
+        """Several ranks in a process group (forked together from the fork server, or under torchrun, mpiexec or
+        srun) rather than one process."""
         return False
 
     def label(self) -> str:

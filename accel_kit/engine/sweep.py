@@ -103,8 +103,9 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         if cpu_threads:
             env["OMP_NUM_THREADS"] = str(cpu_threads)
         argv = ["--point", str(point_file), "--out", str(out_file)]
-        finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log", ranks if ranks > 1 or group else 0) \
-            if fork else None
+        # A group of ranks where torchrun would start one (worker_command: several ranks, or a group of one).
+        group_ranks = ranks if ranks > 1 or group else 0
+        finished = _forked(argv, env, point, timeout_s, Path(tmp) / "output.log", group_ranks) if fork else None
         start = "forkserver" if finished is not None else "exec"
         if finished is None:
             finished = _exec(prefix + cmd + argv, env, point, timeout_s)
@@ -139,8 +140,8 @@ def _exec(cmd: list[str], env: dict[str, str], point: Point, timeout_s: float) -
 
 
 def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float, output: Path,
-            group: int) -> forkserver.Finished | None:
-    """Run the worker as forks of the environment's server: one process, or a ``group`` of that many ranks
+            group_ranks: int) -> forkserver.Finished | None:
+    """Run the worker as forks of the environment's server: one process, or a group of ``group_ranks`` ranks
     (torchrun's variables, a rendezvous of the runner's); None where no server could run it (exec it then)."""
     limit = int(point.memory_limit_gib * 2**30) if point.memory_limit_gib else None
     try:
@@ -148,7 +149,7 @@ def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float
     except forkserver.ServerGone:
         return None
     try:
-        with forkserver.local_group(group, env) if group else contextlib.nullcontext([env]) as envs:
+        with forkserver.local_group(group_ranks, env) if group_ranks else contextlib.nullcontext([env]) as envs:
             return server.run(argv, envs=envs, output=output, timeout_s=timeout_s, memory_limit_bytes=limit,
                               preload=point.preload_modules())
     except forkserver.ServerGone as exc:  # its points die with it (PR_SET_PDEATHSIG): this one failed

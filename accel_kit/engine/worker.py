@@ -1,8 +1,8 @@
-"""Runs one point in this process (or, under torchrun, in each of its ranks).
+"""Runs one point in this process (or, in a group of ranks, in each of them).
 
     python -m accel_kit.engine.worker --point point.json --out result.json
 
-The sweep runner starts one worker (or one torchrun group for several devices) per point, so
+The sweep runner starts one worker (or one group of ranks for several devices) per point, so
 an out-of-memory, a crash or a hang costs that point only. The point file names its kind (a
 training step, a block of the microbenchmark, a matmul peak; ``accel_kit.engine.point``); the
 kind's measurement comes from ``accel_kit.engine.kinds``, run with one adapter for the whole
