@@ -1,6 +1,6 @@
 # The README's two commands: `make run` (set up + main job) and `make test` (set up + tests).
 # CPU installs pin the CPU build of torch through constraints-cpu.txt, installed first so
-# that no dependency pulls a multi-GB CUDA build. GPU users: see README ("Other systems").
+# that no dependency pulls a multi-GB CUDA build. GPU users: see docs/running.md ("On a GPU machine").
 
 PYTHON   ?= python3
 VENV     ?= .venv
