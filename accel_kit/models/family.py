@@ -338,6 +338,11 @@ class Family(ABC):
 
     # --- overrides
 
+    def kernel_overrides(self, adapter: Any, dtype: torch.dtype) -> dict[str, Any]:
+        """Config overrides (fields in ``overridable``) of the kernel choices the family makes from the device
+        adapter's answers (``accel_kit.devices.base.BaseAdapter``) for a point in ``dtype``; none by default."""
+        return {}
+
     def with_overrides(self, cfg: Any, **overrides: Any) -> Any:
         """``cfg`` with ``overrides`` (fields in ``overridable``; None leaves a field as it is)."""
         from dataclasses import replace

@@ -27,7 +27,7 @@ class GPTConfig:
     mlp_ratio: int = 4
     pad_vocab_multiple: int = 1  # e.g. 64: 50257 -> 50304 rows, faster matmuls; recorded in results
     dropout: float = 0.0
-    narrow_linear_fast_path: bool = False  # a kernel choice, from the device adapter (models.block)
+    narrow_linear_fast_path: bool = False  # a kernel choice (gpt2.block), GPT2.kernel_overrides sets it from the adapter
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:

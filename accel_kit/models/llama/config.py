@@ -51,8 +51,6 @@ class LlamaConfig:
         tie_embeddings: the output projection shares the token embedding (Llama 3.2 1B, 3B).
         pad_vocab_multiple: embedding rows padded up to a multiple of this (faster matmuls).
         dropout: Llama is trained without dropout; only 0.0 is accepted.
-        narrow_linear_fast_path: GPT-2's bf16 output-projection kernel choice, which the engine
-            passes to every family; accepted and ignored (Llama's linears are plain ``nn.Linear``).
     """
 
     n_layers: int
@@ -68,7 +66,6 @@ class LlamaConfig:
     tie_embeddings: bool = False
     pad_vocab_multiple: int = 1
     dropout: float = 0.0
-    narrow_linear_fast_path: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "ffn_hidden_size", "vocab_size",
