@@ -61,6 +61,17 @@ def layer_output(out: Any) -> Any:
     return out[0] if isinstance(out, tuple) else out
 
 
+class PaddedVocab:
+    """What every family's config computes from its ``vocab_size`` and ``pad_vocab_multiple``."""
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """The embedding's and the output projection's rows: the vocabulary padded up to a multiple of
+        ``pad_vocab_multiple`` (a multiple of 64 runs faster matmuls)."""
+        m = self.pad_vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """What kernel selection needs: query heads, key/value heads (fewer under GQA), head dim."""

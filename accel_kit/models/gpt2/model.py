@@ -11,12 +11,12 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from accel_kit.models.family import lm_loss, run_blocks, unique_param_count
+from accel_kit.models.family import PaddedVocab, lm_loss, run_blocks, unique_param_count
 from accel_kit.models.gpt2.block import Block, BlockConfig
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(PaddedVocab):
     """Shape of a GPT model. ``vocab_size`` is the tokenizer's; the embedding may be padded."""
 
     n_layers: int
@@ -32,11 +32,6 @@ class GPTConfig:
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return (self.vocab_size + m - 1) // m * m
 
     @property
     def block(self) -> BlockConfig:

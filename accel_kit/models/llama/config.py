@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel_kit.models.family import PaddedVocab
+
 
 @dataclass(frozen=True)
 class RopeScaling:
@@ -34,7 +36,7 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(PaddedVocab):
     """Shape of a Llama 3 model (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3).
 
     Args:
@@ -86,8 +88,3 @@ class LlamaConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return (self.vocab_size + m - 1) // m * m
