@@ -110,9 +110,15 @@ def mesh_label(**sizes: int) -> str:
     return " x ".join(f"{name} {sizes[name]}" for name in MESH_DIMS)
 
 
+# The data-parallel degree's name in records written before ``dp`` was its one name.
+OLD_DP_NAME = "data_parallel_size"
+
+
 def upgrade(record: dict) -> dict:
     """A record of an older schema in the current one's shape (version 1 had no ``kind``; a training
-    record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``); others as they are."""
+    record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``, and one written
+    before ``dp`` was the data-parallel degree's one name carries it as ``data_parallel_size``); others as
+    they are."""
     if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
         record = dict(record)
         record["kind"] = kind_of_study(record["study"])
@@ -124,16 +130,18 @@ def upgrade(record: dict) -> dict:
 def _with_layout(record: dict) -> dict:
     params, metrics = record["params"], record.get("metrics") or {}
     missing = {k: v for k, v in LAYOUT_DEFAULTS.items() if k not in params}
-    dp = metrics.get("dp", metrics.get("data_parallel_size"))
+    old_dp = OLD_DP_NAME in metrics
+    dp = metrics.get("dp", metrics.get(OLD_DP_NAME))
     derived = {}
     if "dp" not in metrics and dp is not None:
         derived["dp"] = dp
     if "mesh" not in metrics and dp is not None:
         layout = LAYOUT_DEFAULTS | params
         derived["mesh"] = mesh_label(pp=layout["pp"], dp=dp, cp=layout["cp"], tp=layout["tp"])
-    if not missing and not derived:
+    if not missing and not derived and not old_dp:
         return record
-    return dict(record, params=missing | params, metrics=metrics | derived)
+    metrics = {k: v for k, v in metrics.items() if k != OLD_DP_NAME} | derived
+    return dict(record, params=missing | params, metrics=metrics)
 
 
 def _finite(value: Any) -> Any:

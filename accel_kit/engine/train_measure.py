@@ -63,7 +63,7 @@ class TrainMeasurement(KindMeasurement):
         # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
         self.base = self.shape.record() | {"n_params": self.n_params,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
-                     "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
+                     "global_batch_size": point.global_batch_size,
                      "dp": point.data_parallel_size, "mesh": mesh_text(point),
                      "tokens_per_step": point.global_batch_size * point.seq_len,
                      "flops_source": self.family.flops_source(cfg, point.seq_len, micro_batch=point.micro_batch_size)}
