@@ -84,7 +84,8 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
     script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
     params = studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
-    # Its points' layouts checked here too (a tp that does not divide the heads is one line now), and said in it.
+    # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
+    # fails on its nodes), and said in it.
     from accel_kit.studies._training import AxesParams, all_points, layout_lines, unresolved_precision
 
     layout: list[str] = []

@@ -45,8 +45,7 @@ _DECLARED = [
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
     Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)", T),
     Metric("global_batch_size", "samples", "samples per optimizer step over all replicas", T),
-    Metric("data_parallel_size", "1", "data-parallel replicas", T),
-    Metric("dp", "1", "data-parallel degree, devices / (tp x pp): data_parallel_size, named as tp and pp are", T),
+    Metric("dp", "1", "data-parallel degree: model replicas, devices / (tp x pp x cp), named as tp and pp are", T),
     Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp (accel_kit.engine.layout)", T),
     Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas", T),
     Metric("flops_source", "text", "where the FLOPs come from: analytic (our family's formulas) or counted "

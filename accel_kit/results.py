@@ -10,6 +10,9 @@ Durability: each record is serialised first and written with one ``write`` on an
 ``O_APPEND`` descriptor, then fsynced. A process killed mid-write can at worst leave a
 final line without its newline; the next append cuts that fragment off, and ``load``
 skips it, so no half-written record is ever read.
+
+Reading: ``read_source`` reads a folder, a .jsonl file or an archive of them, each line through
+``read_jsonl``, and ``upgrade`` gives a record of an older schema the current one's shape.
 """
 from __future__ import annotations
 
@@ -23,16 +26,22 @@ import platform
 import socket
 import subprocess
 import sys
+import tarfile
 import uuid
 import warnings
+import zipfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
 from accel_kit import SCHEMA_VERSION, __version__
+from accel_kit.errors import DataError
+from accel_kit.mesh import LAYOUT_DEFAULTS, mesh_label
 
 STATUSES = ("ok", "oom", "error", "unsupported", "skipped")
+# What ``read_source`` reads as an archive of record files (its members read in memory, never extracted).
+ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 
 
 def new_run_id() -> str:
@@ -95,24 +104,15 @@ def kind_of_study(study: str) -> str:
     return "block" if study == "microbenchmark" else "train"
 
 
-# A training record's parallel layout as columns (``accel_kit.engine.layout``), at the training point's
-# defaults (``accel_kit.engine.point.TrainSpec``) where a record predates them: one model replica per
-# device, under the engine it names (ddp where it names none), no context parallelism.
-LAYOUT_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "cp": 1, "engine": "ddp"}
-# The device mesh's dimensions, outermost first (torchtitan's order): tp innermost, as its all-reduces run
-# in every block, then cp, whose ring exchanges keys and values once per block. The engine builds its mesh
-# in this order (accel_kit.engine.layout) and records name it so (``mesh_label``).
-MESH_DIMS = ("pp", "dp", "cp", "tp")
-
-
-def mesh_label(**sizes: int) -> str:
-    """The mesh as a record's ``mesh`` shows it, ``pp 1 x dp 2 x cp 1 x tp 1``, from each of ``MESH_DIMS``' sizes."""
-    return " x ".join(f"{name} {sizes[name]}" for name in MESH_DIMS)
+# An older record's name of the data-parallel degree (``dp`` in the current schema).
+OLD_DP_NAME = "data_parallel_size"
 
 
 def upgrade(record: dict) -> dict:
     """A record of an older schema in the current one's shape (version 1 had no ``kind``; a training
-    record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``); others as they are."""
+    record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``, and one written
+    before ``dp`` was the data-parallel degree's one name carries it as ``data_parallel_size``); others as
+    they are."""
     if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
         record = dict(record)
         record["kind"] = kind_of_study(record["study"])
@@ -124,16 +124,18 @@ def upgrade(record: dict) -> dict:
 def _with_layout(record: dict) -> dict:
     params, metrics = record["params"], record.get("metrics") or {}
     missing = {k: v for k, v in LAYOUT_DEFAULTS.items() if k not in params}
-    dp = metrics.get("dp", metrics.get("data_parallel_size"))
+    old_dp = OLD_DP_NAME in metrics
+    dp = metrics.get("dp", metrics.get(OLD_DP_NAME))
     derived = {}
     if "dp" not in metrics and dp is not None:
         derived["dp"] = dp
     if "mesh" not in metrics and dp is not None:
         layout = LAYOUT_DEFAULTS | params
         derived["mesh"] = mesh_label(pp=layout["pp"], dp=dp, cp=layout["cp"], tp=layout["tp"])
-    if not missing and not derived:
+    if not missing and not derived and not old_dp:
         return record
-    return dict(record, params=missing | params, metrics=metrics | derived)
+    metrics = {k: v for k, v in metrics.items() if k != OLD_DP_NAME} | derived
+    return dict(record, params=missing | params, metrics=metrics)
 
 
 def _finite(value: Any) -> Any:
@@ -191,8 +193,6 @@ def iter_records(path: str | os.PathLike) -> Iterable[dict]:
 def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[dict]:
     """Records from the lines of one JSON Lines file (``name`` for messages); an incomplete
     final line is skipped with a warning, a line that is not JSON is a one-line DataError."""
-    from accel_kit.errors import DataError
-
     for lineno, raw in enumerate(lines, 1):
         if not raw.endswith(b"\n"):
             warnings.warn(f"{name}:{lineno}: skipping an incomplete final record")
@@ -203,6 +203,41 @@ def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[dict]:
             except json.JSONDecodeError as exc:
                 raise DataError(f"{name}:{lineno}: not a JSON record ({exc.msg})") from None
             yield upgrade(record) if isinstance(record, dict) else record
+
+
+def read_source(path: str | Path) -> Iterator[dict]:
+    """Records from a folder (every .jsonl below it), a .jsonl file or an archive of either (its members
+    read in memory, never extracted): what the cross-system report and the predictor's held-out check read."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such folder, file or archive")
+    if path.is_dir():
+        yield from iter_records(path)
+    elif path.name.endswith(ARCHIVES):
+        yield from _archive_records(path)
+    elif path.suffix == ".jsonl":
+        yield from iter_records(path)
+    else:
+        raise DataError(f"{path}: not a folder, a .jsonl file or an archive ({', '.join(ARCHIVES)})")
+
+
+def _archive_records(path: Path) -> Iterator[dict]:
+    try:
+        if path.suffix == ".zip":
+            with zipfile.ZipFile(path) as zf:
+                for info in sorted(zf.infolist(), key=lambda i: i.filename):
+                    if not info.is_dir() and info.filename.endswith(".jsonl"):
+                        with zf.open(info) as f:
+                            yield from read_jsonl(f, f"{path}!{info.filename}")
+        else:
+            with tarfile.open(path, "r:*") as tf:
+                for member in sorted(tf.getmembers(), key=lambda m: m.name):
+                    if member.isfile() and member.name.endswith(".jsonl"):
+                        f = tf.extractfile(member)
+                        if f is not None:
+                            yield from read_jsonl(f, f"{path}!{member.name}")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise DataError(f"{path}: cannot read the archive ({exc})") from None
 
 
 def load(path: str | os.PathLike) -> pd.DataFrame:

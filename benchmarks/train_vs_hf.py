@@ -74,9 +74,7 @@ def timed(step, n: int) -> list[float]:
 def kernel_overrides(preset: str, precision: str, adapter) -> dict:
     """The kernel choices the worker takes from the adapter for the preset's family (GPT-2's bf16 output
     projections), so that every side runs the kernels a study point runs."""
-    if "narrow_linear_fast_path" not in family_of(preset).overridable:
-        return {}
-    return {"narrow_linear_fast_path": adapter.narrow_linear_fast_path(dtype_of(precision))}
+    return family_of(preset).kernel_overrides(adapter, dtype_of(precision))
 
 
 def bare_child(point_json: str) -> None:

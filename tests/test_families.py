@@ -162,3 +162,21 @@ def test_grouped_query_attention_without_enable_gqa_repeats_kv_to_the_same_resul
     # The same products in either path; a different kernel may order the sums over the 32 keys differently:
     # each output is a weighted mean of v, off by at most ~2 roundings per key.
     assert torch.allclose(native, repeated, rtol=0, atol=2 * 32 * eps(torch.float32) * v.abs().max().item())
+
+
+def test_kernel_overrides_are_each_familys_own_config_fields():
+    """The engine passes what ``kernel_overrides`` answers to ``get_config``: every family's answer is
+    overridable there, and GPT-2's output-projection path follows the CPU adapter's bf16 answer."""
+    from accel_kit.devices import get_adapter
+
+    cpu = get_adapter("cpu")
+    for name, family in FAMILIES.items():
+        preset = next(p for p in PRESETS if family_of(p) is family)
+        for dtype in (torch.float32, torch.bfloat16):
+            overrides = family.kernel_overrides(cpu, dtype)
+            assert set(overrides) <= set(family.overridable), name
+            get_config(preset, **overrides)  # accepted as a point's override
+    gpt2 = FAMILIES["gpt2"]
+    assert gpt2.kernel_overrides(cpu, torch.bfloat16) == {"narrow_linear_fast_path": True}
+    assert gpt2.kernel_overrides(cpu, torch.float32) == {"narrow_linear_fast_path": False}
+    assert get_config("gpt2-debug", **gpt2.kernel_overrides(cpu, torch.bfloat16)).narrow_linear_fast_path

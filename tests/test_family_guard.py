@@ -12,7 +12,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from accel_kit.devices.base import BaseAdapter
 from accel_kit.engine.point import POINT_CLASSES
 from accel_kit.models.family import AttentionShape, ModelShape
 from accel_kit.models.registry import FAMILIES, FILE_FAMILIES
@@ -35,8 +34,6 @@ def _config_fields() -> tuple[set[str], set[str]]:
     config = set().union(*(_fields(f.config_type) for f in FAMILIES.values()))
     neutral = _fields(ModelShape) | _fields(AttentionShape)
     neutral |= set().union(*(set(cls.model_fields) for cls in POINT_CLASSES.values()))
-    # a device's say on a config option (the adapter's narrow_linear_fast_path, passed as an override)
-    neutral |= set(dir(BaseAdapter))
     # (the file-preset families' configs are not in the union: theirs describe a file, path and model_type,
     # names too common to ban; their shape fields are the named families' own)
     return config - neutral, config & neutral

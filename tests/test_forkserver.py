@@ -1,6 +1,6 @@
 """Points started from a preloaded interpreter (accel_kit.engine.forkserver), through the sweep runner.
 
-Each check compares the fork server's child with a fresh interpreter started the old way
+Each check compares the fork server's child with a fresh interpreter per point
 (ACCEL_KIT_FORKSERVER=0) where a figure depends on the machine (thread counts, the CPU ISA).
 """
 from __future__ import annotations

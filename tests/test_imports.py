@@ -7,6 +7,10 @@ it) and to the submodule ``package.name`` where one exists. ``from package.sub i
 is an edge to ``package.sub`` only: Python runs the parent's ``__init__`` first, but a package
 whose face imports its own parts is the ordinary way of giving it one, and those parts
 importing each other by full name is no cycle through the face.
+
+One level up, the packages (and top-level modules) of ``accel_kit`` form no cycle either: two
+packages whose modules import each other's, even with no module-level cycle between them, are one
+layer in two folders (``report`` reading through ``predict`` while ``predict`` reads through ``report``).
 """
 from __future__ import annotations
 
@@ -88,6 +92,31 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def unit_of(module: str) -> str | None:
+    """The package or top-level module of ``accel_kit`` that ``module`` belongs to (``accel_kit.report.what_if``
+    -> ``accel_kit.report``); None for the package's face, ``accel_kit`` itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else None
+
+
+def package_graph(graph: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """(package -> the packages its modules import, (package, package) -> the module imports behind the edge)."""
+    packages: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], list[str]] = {}
+    for module, targets in graph.items():
+        a = unit_of(module)
+        if a is None:
+            continue
+        packages.setdefault(a, set())
+        for target in targets:
+            b = unit_of(target)
+            if b is not None and b != a:
+                packages[a].add(b)
+                packages.setdefault(b, set())
+                why.setdefault((a, b), []).append(f"{module} -> {target}")
+    return packages, why
+
+
 def test_the_graph_sees_function_local_imports():
     graph = import_graph()
     # accel_kit.cli imports the studies inside its functions only.
@@ -101,6 +130,25 @@ def test_no_import_cycle():
         " <-> ".join(c) for c in found)
 
 
+def test_no_two_packages_import_each_other():
+    packages, why = package_graph(import_graph())
+    found = cycles(packages)
+    lines = []
+    for component in found:
+        lines.append(" <-> ".join(component))
+        lines += [f"    {edge}" for a in component for b in component if (a, b) in why for edge in why[(a, b)]]
+    assert not found, "packages that import each other (function-local imports counted):\n" + "\n".join(lines)
+
+
+def test_the_package_graph_sees_a_mutual_import():
+    # two modules of two packages, each importing the other's package: no module cycle, one package cycle
+    graph = {"accel_kit.a.x": {"accel_kit.b.y"}, "accel_kit.b.z": {"accel_kit.a.w"}, "accel_kit.a.w": set(),
+             "accel_kit.b.y": set()}
+    packages, why = package_graph(graph)
+    assert not cycles(graph) and cycles(packages) == [["accel_kit.a", "accel_kit.b"]]
+    assert why[("accel_kit.a", "accel_kit.b")] == ["accel_kit.a.x -> accel_kit.b.y"]
+
+
 if __name__ == "__main__":
-    for c in cycles(import_graph()):
+    for c in cycles(import_graph()) + cycles(package_graph(import_graph())[0]):
         print(" <-> ".join(c))

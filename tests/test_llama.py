@@ -167,7 +167,7 @@ def test_bad_shapes_are_one_line_errors():
         FAMILY.with_overrides(DEBUG, n_layers=3)
     with pytest.raises(ParameterError, match="seq_len must be a positive integer"):
         FAMILY.with_overrides(DEBUG, seq_len=0)
-    cfg = FAMILY.with_overrides(DEBUG, seq_len=64, vocab_size=500, pad_vocab_multiple=64, narrow_linear_fast_path=True)
+    cfg = FAMILY.with_overrides(DEBUG, seq_len=64, vocab_size=500, pad_vocab_multiple=64)
     assert (cfg.seq_len, cfg.padded_vocab_size, FAMILY.shape(cfg).vocab_size_model) == (64, 512, 512)
 
 

@@ -92,7 +92,7 @@ def test_each_layout_moves_the_prediction_its_way(single):
     # FSDP moves more bytes than DDP's all-reduce (two gathers and a reduce-scatter) and holds less
     fsdp = predictor.predict(shape_for("gpt2-debug", devices=4, engine="fsdp", **DEBUG))
     assert fsdp.comm_s > ddp.comm_s and fsdp.memory_per_device_gib < ddp.memory_per_device_gib
-    # the words say the layout, and no longer "data parallelism only"
+    # the words say the layout, not "data parallelism only"
     assert not any("data parallelism only" in a for p in (ddp, tp, pp2, fsdp) for a in p.assumptions)
     assert any(a.startswith("tensor parallel 2") for a in tp.assumptions)
     assert any("bubble" in a for a in pp2.assumptions)

@@ -118,6 +118,7 @@ def test_training_records_load_with_their_layout_columns(tmp_path):
                       {"tp": 1, "pp": 1, "cp": 1, "engine": "deepspeed", "dp": 2, "mesh": "pp 1 x dp 2 x cp 1 x tp 1"},
                       {"tp": 2, "pp": 1, "cp": 1, "engine": "fsdp", "dp": 2, "mesh": "pp 1 x dp 2 x tp 2"}]
     assert df[["tp", "engine", "dp", "mesh"]].iloc[3].isna().all()
+    assert "data_parallel_size" not in df.columns  # the old name read as dp, the one name records carry
 
 
 def test_reading_the_checkouts_commit_writes_nothing_to_it(tmp_path):

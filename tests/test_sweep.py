@@ -47,7 +47,7 @@ def test_records_carry_the_resolved_point(out_dir):
     assert rec["status"] == "ok"
     p, m = rec["params"], rec["metrics"]
     assert p["gas"] == 2 and p["micro_batch_size"] == 2 and p["engine"] == "ddp" and p["data"] == "synthetic"
-    assert m["global_batch_size"] == 4 and m["data_parallel_size"] == 1
+    assert m["global_batch_size"] == 4 and m["dp"] == 1
     assert m["tokens_per_s"] == pytest.approx(4 * 32 / m["step_time_s"])
     assert m["flops"] / m["step_time_s"] / 1e12 == pytest.approx(m["tflops_per_device"])
     assert len(rec["times_s"]) == 2 and len(rec["warmup_times_s"]) == 1

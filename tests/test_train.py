@@ -183,6 +183,6 @@ def test_deepspeed_zero1_under_its_launcher(out_dir, tmp_path, monkeypatch):
                        gas=2, seq_len=SEQ, devices=1, devices_per_node=8, engine="deepspeed", steps=2, warmup_steps=1)
     result = run_worker(point, timeout_s=600, cpu_threads=1)
     assert result["status"] == "ok", result.get("reason")
-    assert result["metrics"]["data_parallel_size"] == 1 and result["metrics"]["global_batch_size"] == 4
+    assert result["metrics"]["dp"] == 1 and result["metrics"]["global_batch_size"] == 4
     assert result["metrics"]["tokens_per_s"] > 0
     assert not extensions.exists() or not any(extensions.iterdir()), "a C++ extension was built"

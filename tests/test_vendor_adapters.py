@@ -549,7 +549,7 @@ def test_worker_records_an_ipu_point_by_its_layout(standins):
     result = run_point(point, rank=0, world=1, local_rank=0)
     assert result["status"] == "ok", result.get("reason")
     m = result["metrics"]
-    assert m["global_batch_size"] == 1 * 4 * 2 and m["data_parallel_size"] == 2 and m["tokens_per_step"] == 8 * SEQ
+    assert m["global_batch_size"] == 1 * 4 * 2 and m["dp"] == 2 and m["tokens_per_step"] == 8 * SEQ
     assert m["tokens_per_s"] == pytest.approx(8 * SEQ / m["time_median_s"])
     assert m["tokens_per_s_per_device"] == pytest.approx(m["tokens_per_s"] / 8)  # 8 IPUs share the work
     assert m["flops"] == m["flops_per_token"] * 8 * SEQ / 8

@@ -153,8 +153,10 @@ class BaseAdapter:
         """The sparse matmul kernel kind ("2:4" or "csr") for pruned weights here, or (None, why not)."""
         return None, f"no sparse kernels are known for adapter {self.name!r}"
 
-    def narrow_linear_fast_path(self, dtype: torch.dtype) -> bool:
-        """Whether the block's narrow-output linears should use their NN-layout weight gradient."""
+    def nn_weight_gradient_pays(self, dtype: torch.dtype) -> bool:
+        """Whether a linear's weight gradient in ``dtype`` runs faster here as an NN matrix product on a
+        transposed copy of the output gradient than as the TN product torch runs (a family whose linears
+        can take that path asks, ``Family.kernel_overrides``)."""
         return False
 
     # --- provenance and energy

@@ -240,8 +240,8 @@ class CPUAdapter(BaseAdapter):
             return None, f"torch has no CPU sparse matmul for {name} (its CSR products use MKL: fp32/fp64 only)"
         return "csr", "CSR products (MKL)"
 
-    def narrow_linear_fast_path(self, dtype: torch.dtype) -> bool:
-        # accel_kit.models.block: the NN-layout weight gradient is faster in CPU bf16 GEMMs.
+    def nn_weight_gradient_pays(self, dtype: torch.dtype) -> bool:
+        # oneDNN's bf16 TN GEMMs run at about half the speed of NN (accel_kit.models.gpt2.block measures it).
         return dtype == torch.bfloat16
 
     def worker_env(self) -> dict[str, str]:

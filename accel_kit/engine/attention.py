@@ -1,7 +1,7 @@
 """Which scaled-dot-product attention kernel a training point asks for, and which one ran.
 
 The model's attention is one ``torch.nn.functional.scaled_dot_product_attention`` call per
-block (``accel_kit.models.block``). PyTorch picks a kernel per call from what the device
+block (``accel_kit.models.sdpa.causal_attention``). PyTorch picks a kernel per call from what the device
 has and what the inputs allow (dtype, head dim, alignment, causal mask, grad): a fused
 flash or memory-efficient kernel, cuDNN's, or the "math" composite that materialises the
 (T, T) score matrix. Long sequences (GenSLM's 10240 codons) need a fused one: the math

@@ -36,10 +36,9 @@ class BlockMeasurement(KindMeasurement):
     def __init__(self, point: Any, ctx: Any):
         super().__init__(point, ctx, tf32=point.tf32)  # the block's fp32 is true fp32 unless asked
         self.dtype = dtype_of(point.precision)
-        overrides = {"seq_len": point.seq_len}  # the layer's position tables (RoPE) cover the point's sequence
         self.family = family_of(point.preset)
-        if "narrow_linear_fast_path" in self.family.overridable:
-            overrides["narrow_linear_fast_path"] = ctx.adapter.narrow_linear_fast_path(self.dtype)
+        # the layer's position tables (RoPE) cover the point's sequence
+        overrides = {"seq_len": point.seq_len, **self.family.kernel_overrides(ctx.adapter, self.dtype)}
         self.cfg = get_config(point.preset, **overrides)
         self.shape = self.family.shape(self.cfg)
         tokens = point.batch_size * point.seq_len

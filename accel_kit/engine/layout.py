@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel_kit.errors import ParameterError
-from accel_kit.results import MESH_DIMS, mesh_label  # noqa: F401 (MESH_DIMS: the mesh's order, for parallel.py)
+from accel_kit.mesh import MESH_DIMS, mesh_label
 
 
 def mesh_sizes(point: Any) -> tuple[int, ...]:

@@ -37,7 +37,8 @@ from accel_kit.engine.step import Trainer, param_groups
 from accel_kit.precision import PrecisionSpec, spec
 from accel_kit.timing import Stopwatch, Timing
 
-from accel_kit.engine.layout import MESH_DIMS, mesh_sizes
+from accel_kit.engine.layout import mesh_sizes
+from accel_kit.mesh import MESH_DIMS
 
 
 def device_mesh(point: Any, device: torch.device) -> Any:

@@ -41,9 +41,8 @@ class TrainMeasurement(KindMeasurement):
         super().__init__(point, ctx)  # training's fp32 is true fp32 (its datasheet peak is the fp32 one)
         dtype = dtype_of(point.precision)
         self.family = family_of(point.preset)
-        self.overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple}
-        if "narrow_linear_fast_path" in self.family.overridable:  # a GPT-2 kernel choice the adapter makes
-            self.overrides["narrow_linear_fast_path"] = ctx.adapter.narrow_linear_fast_path(dtype)
+        self.overrides = {"seq_len": point.seq_len, "pad_vocab_multiple": point.pad_vocab_multiple,
+                          **self.family.kernel_overrides(ctx.adapter, dtype)}
         if point.vocab_size:
             self.overrides["vocab_size"] = point.vocab_size
         self.cfg = cfg = get_config(point.preset, **self.overrides)
@@ -64,7 +63,7 @@ class TrainMeasurement(KindMeasurement):
         # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
         self.base = self.shape.record() | {"n_params": self.n_params,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
-                     "global_batch_size": point.global_batch_size, "data_parallel_size": point.data_parallel_size,
+                     "global_batch_size": point.global_batch_size,
                      "dp": point.data_parallel_size, "mesh": mesh_text(point),
                      "tokens_per_step": point.global_batch_size * point.seq_len,
                      "flops_source": self.family.flops_source(cfg, point.seq_len, micro_batch=point.micro_batch_size)}

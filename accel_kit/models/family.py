@@ -61,6 +61,17 @@ def layer_output(out: Any) -> Any:
     return out[0] if isinstance(out, tuple) else out
 
 
+class PaddedVocab:
+    """What every family's config computes from its ``vocab_size`` and ``pad_vocab_multiple``."""
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """The embedding's and the output projection's rows: the vocabulary padded up to a multiple of
+        ``pad_vocab_multiple`` (a multiple of 64 runs faster matmuls)."""
+        m = self.pad_vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """What kernel selection needs: query heads, key/value heads (fewer under GQA), head dim."""
@@ -337,6 +348,11 @@ class Family(ABC):
         return self.config_type(**data)
 
     # --- overrides
+
+    def kernel_overrides(self, adapter: Any, dtype: torch.dtype) -> dict[str, Any]:
+        """Config overrides (fields in ``overridable``) of the kernel choices the family makes from the device
+        adapter's answers (``accel_kit.devices.base.BaseAdapter``) for a point in ``dtype``; none by default."""
+        return {}
 
     def with_overrides(self, cfg: Any, **overrides: Any) -> Any:
         """``cfg`` with ``overrides`` (fields in ``overridable``; None leaves a field as it is)."""

@@ -4,7 +4,7 @@
     run = predict.what_if("cpu", preset="gpt2-debug", devices=[1, 2, 4], seq_len=256)
     run.table(); run.held_out_summary()
 
-``accel_kit.predict.model`` says how a step is modelled, ``comm`` the collectives, ``links``
+``accel_kit.predict.predictor`` says how a step is modelled, ``comm`` the collectives, ``links``
 where link figures come from, ``heldout`` how the error is measured. ``accel-kit predict`` and
 ``notebooks/what_if.ipynb`` go through ``what_if``.
 """

@@ -5,7 +5,7 @@
 * ``fit_memory``: multiples of each memory term, from the measured peaks.
 
 Compute and memory go through the generic solver (``accel_kit.predict.nnls``); the model they
-fit is explained in ``accel_kit.predict.model``.
+fit is explained in ``accel_kit.predict.predictor``.
 """
 from __future__ import annotations
 

@@ -15,21 +15,20 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from accel_kit import results
 from accel_kit.errors import AccelKitError
 from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import host_threads, shape_of_record, usable
 from accel_kit.predict.shape import GiB
-from accel_kit.results import LAYOUT_DEFAULTS
+from accel_kit.mesh import LAYOUT_DEFAULTS
 
 
 def load_records(sources: Iterable[str | Path]) -> list[dict]:
-    """Every record of each source (an output folder, a .jsonl file or an archive of them, read as the
-    cross-system report reads them), once per record id."""
-    from accel_kit.report.records import read_source
-
+    """Every record of each source (an output folder, a .jsonl file or an archive of them,
+    ``results.read_source``), once per record id."""
     seen: dict[str, dict] = {}
     for source in sources:
-        for rec in read_source(source):
+        for rec in results.read_source(source):
             if isinstance(rec, dict) and "record_id" in rec:
                 seen.setdefault(rec["record_id"], rec)
     return list(seen.values())

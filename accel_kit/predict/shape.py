@@ -1,7 +1,7 @@
 """The step shape: what one device computes per optimizer step, as work and memory terms.
 
 ``StepShape.work`` counts the work of each of ``TERMS`` (the compute model's terms, explained in
-``accel_kit.predict.model``) and ``StepShape.memory_work`` the bytes of each of ``MEMORY_TERMS``;
+``accel_kit.predict.predictor``) and ``StepShape.memory_work`` the bytes of each of ``MEMORY_TERMS``;
 ``grad_bytes`` is what each rank synchronises over data parallelism, ``tensor_parallel_messages`` and
 ``fsdp_messages`` what the other layouts send, ``bubble_fraction`` a pipeline's idle share.
 ``shape_for`` makes the shape of a model preset.

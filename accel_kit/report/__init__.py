@@ -135,7 +135,7 @@ def export_images(figures: dict[str, Any], folder: Path, formats: Sequence[str])
     except PackageNotFoundError:
         raise AccelKitError(NO_KALEIDO) from None
     if not found.split(".")[0].isdigit() or int(found.split(".")[0]) < 1:
-        raise AccelKitError(f"{NO_KALEIDO} (found kaleido {found}, whose bundled Chromium plotly no longer uses)")
+        raise AccelKitError(f"{NO_KALEIDO} (found kaleido {found}, whose bundled Chromium this plotly does not drive)")
     if _browser() is None:
         raise AccelKitError(NO_BROWSER)
     folder.mkdir(parents=True, exist_ok=True)

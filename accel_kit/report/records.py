@@ -1,7 +1,7 @@
 """The records a report is made of: read from folders, .jsonl files and archives, merged, selected.
 
 Several machines' ``outputs/`` folders (or ``.tar.gz``/``.zip`` archives of them) are read
-as they are: archive members are read in memory, never extracted. A record copied into two
+as they are, by ``accel_kit.results.read_source``. A record copied into two
 folders is one record (same ``record_id``). By default each system's latest record of each
 point (``params.point_key``, the sweep's identity of a point) is kept, so a re-run replaces
 what it re-measured and keeps the rest; ``by_run`` keeps every run instead, each run of a
@@ -10,19 +10,16 @@ system as a column of its own.
 from __future__ import annotations
 
 import json
-import tarfile
-import zipfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import pandas as pd
 
 from accel_kit import results
 from accel_kit.errors import DataError
 
-ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 _REQUIRED = ("record_id", "study", "system", "status")
 
 
@@ -69,40 +66,6 @@ class RecordSet:
         return sorted({rec["study"] for rec in self.records})
 
 
-def read_source(path: str | Path) -> Iterator[dict]:
-    """Records from a folder (every .jsonl below it), a .jsonl file or an archive of either."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such folder, file or archive")
-    if path.is_dir():
-        yield from results.iter_records(path)
-    elif path.name.endswith(ARCHIVES):
-        yield from _archive_records(path)
-    elif path.suffix == ".jsonl":
-        yield from results.iter_records(path)
-    else:
-        raise DataError(f"{path}: not a folder, a .jsonl file or an archive ({', '.join(ARCHIVES)})")
-
-
-def _archive_records(path: Path) -> Iterator[dict]:
-    try:
-        if path.suffix == ".zip":
-            with zipfile.ZipFile(path) as zf:
-                for info in sorted(zf.infolist(), key=lambda i: i.filename):
-                    if not info.is_dir() and info.filename.endswith(".jsonl"):
-                        with zf.open(info) as f:
-                            yield from results.read_jsonl(f, f"{path}!{info.filename}")
-        else:
-            with tarfile.open(path, "r:*") as tf:
-                for member in sorted(tf.getmembers(), key=lambda m: m.name):
-                    if member.isfile() and member.name.endswith(".jsonl"):
-                        f = tf.extractfile(member)
-                        if f is not None:
-                            yield from results.read_jsonl(f, f"{path}!{member.name}")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise DataError(f"{path}: cannot read the archive ({exc})") from None
-
-
 def _is_record(obj) -> bool:
     return isinstance(obj, dict) and all(obj.get(k) for k in _REQUIRED)
 
@@ -136,7 +99,7 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
     order = 0
     for source in sources:
         count = 0
-        for rec in read_source(source):
+        for rec in results.read_source(source):
             if not _is_record(rec):
                 continue  # a JSON line that is not a result record (another tool's file)
             count += 1

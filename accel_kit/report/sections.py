@@ -5,30 +5,18 @@ The sections live by concern: the framework (``Context``, ``Section``) in
 ``accel_kit.report.context``, pivots in ``pivot``, the cell helpers in ``cells``, the Systems
 section in ``systems_section``, Tables II-IV in ``tables``, Figures 3-8 in ``figures`` and the
 what-if section in ``what_if``. ``SECTIONS`` is the page's order: a new section is one more
-function appended there. The names below are also importable from here, as before the split.
+function appended there.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from accel_kit.report.cells import (ENERGY_FIELDS, MFU_DATASHEET, MFU_MEASURED, Quantity, base_record,
-                                    derived, energy, energy_reason, metric)
-from accel_kit.report.context import Context, Section, study_table
+from accel_kit.report.context import Context, Section
 from accel_kit.report.figures import (figure_3_forward, figure_4_backward, figure_5_scaling, figure_6_gas,
                                       figure_7_sparsity_throughput, figure_8_sparsity_loss)
-from accel_kit.report.pivot import pivot
 from accel_kit.report.systems_section import systems_section
 from accel_kit.report.tables import table_ii_scaling, table_iii_seq_length, table_iv_genslm
 from accel_kit.report.what_if import what_if_held_out
-
-STUDY_TITLES = {
-    "microbenchmark": "transformer-block microbenchmark (Figures 3, 4)",
-    "scaling": "scaling with device count (Table II, Figure 5)",
-    "seq_length": "sequence length (Table III)",
-    "gas": "gradient accumulation (Figure 6)",
-    "sparsity": "weight sparsity (Figures 7, 8)",
-    "genslm": "GenSLM (Table IV)",
-}
 
 SECTIONS: list[Callable[[Context], Section]] = [
     systems_section,
@@ -44,9 +32,3 @@ SECTIONS: list[Callable[[Context], Section]] = [
     figure_8_sparsity_loss,
     what_if_held_out,
 ]
-
-__all__ = ["ENERGY_FIELDS", "MFU_DATASHEET", "MFU_MEASURED", "SECTIONS", "STUDY_TITLES", "Context", "Quantity",
-           "Section", "base_record", "derived", "energy", "energy_reason", "figure_3_forward", "figure_4_backward",
-           "figure_5_scaling", "figure_6_gas", "figure_7_sparsity_throughput", "figure_8_sparsity_loss", "metric",
-           "pivot", "study_table", "systems_section", "table_ii_scaling", "table_iii_seq_length", "table_iv_genslm",
-           "what_if_held_out"]

@@ -26,7 +26,7 @@ def what_if_held_out(ctx: Context) -> Section:
         return s.text('<p class="nofig" id="what-if-missing">No figure: no system in this report has dense '
                       "training records (scaling, seq_length, gas) to predict.</p>")
     s.text("<p>Each dense training point is predicted from a fit on the same system's other points "
-           "(leave-one-out; <code>accel_kit/predict/model.py</code>), then compared with what was measured "
+           "(leave-one-out; <code>accel_kit/predict/predictor.py</code>), then compared with what was measured "
            "(the median of its runs, where the report keeps several). "
            "The error is relative: (predicted &minus; measured) / measured.</p>")
     if df["predicted_step_s"].notna().any():

@@ -1,7 +1,7 @@
 """How a run's pruned layers executed, as a typed value rather than text to be parsed back.
 
 ``SparseExecution.kind`` is what tables group by (recorded as ``sparse_execution_kind``);
-``describe()`` is the full sentence a record keeps (``sparse_execution``), worded as before.
+``describe()`` is the full sentence a record keeps (``sparse_execution``).
 
 The kinds here are the engine's own; a device whose hardware executes pruned layers its own way
 declares that kind (``declare_kind``) where it makes one, so this module names no device.

@@ -5,7 +5,7 @@ only where it measured faster, and the ``SparseExecution`` that results.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 from torch import nn
@@ -15,8 +15,18 @@ from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKe
 from accel_kit.precision import spec
 from accel_kit.sparsity.prune import PrunedLayer
 
-if TYPE_CHECKING:
-    from accel_kit.devices.base import DeviceAdapter
+
+class KernelAdapter(Protocol):
+    """What sparse execution asks of a device adapter (``accel_kit.devices.base.BaseAdapter`` answers it).
+    The adapters build on this package (a vendor's own sparse execution), so it names what it uses, not
+    their class."""
+
+    name: str
+
+    def sparse_kernel(self, pattern: str, dtype: torch.dtype) -> tuple[str | None, str]: ...
+
+    def synchronize(self) -> None: ...
+
 
 KERNEL_MODES: tuple[str, ...] = ("dense", "auto")
 
@@ -31,7 +41,7 @@ KERNEL_MIN_SPEEDUP = 1.05
 KERNELS: dict[str, type[SparseKernel]] = {cls.kind: cls for cls in (SemiStructuredKernel, CSRKernel)}
 
 
-def candidate_kernel(pattern: str, sparsity: float, adapter: DeviceAdapter,
+def candidate_kernel(pattern: str, sparsity: float, adapter: KernelAdapter,
                      dtype: torch.dtype) -> tuple[type[SparseKernel] | None, str]:
     """(kernel class, what it is) if a sparse kernel may serve this run, else (None, why not).
 

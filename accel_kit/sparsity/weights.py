@@ -4,7 +4,7 @@ record says about them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,10 +13,8 @@ from accel_kit.precision import dtype_of
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import KernelLinear
 from accel_kit.sparsity.prune import Pattern, PrunedLayer, check_pattern, magnitude_mask, prunable_layers
-from accel_kit.sparsity.select import KERNEL_MODES, autocast_factory, calibrate, candidate_kernel, chosen_execution
-
-if TYPE_CHECKING:
-    from accel_kit.devices.base import DeviceAdapter
+from accel_kit.sparsity.select import (KERNEL_MODES, KernelAdapter, autocast_factory, calibrate, candidate_kernel,
+                                      chosen_execution)
 
 
 class WeightSparsity:
@@ -97,7 +95,7 @@ class WeightSparsity:
 
     # ----------------------------------------------------------------------- execution
 
-    def select_kernels(self, mode: str, adapter: DeviceAdapter, precision: str, tokens: int, *,
+    def select_kernels(self, mode: str, adapter: KernelAdapter, precision: str, tokens: int, *,
                        force: bool = False) -> SparseExecution:
         """Choose how the pruned layers execute; sets and returns ``self.execution``.
 

@@ -17,13 +17,13 @@ from typing import Any, Callable, ClassVar, Literal
 
 import pandas as pd
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, create_model
+from pydantic.fields import FieldInfo
 
 from accel_kit.devices import PrecisionChoice
 from accel_kit.errors import ParameterError
 from accel_kit.models import check_preset
 from accel_kit.params import StudyParams
-from accel_kit.precision import PrecisionRequest
 from accel_kit.systems import System
 from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import TrainPoint, TrainSpec
@@ -32,32 +32,19 @@ from accel_kit.engine.sweep import PeakReference, run_sweep
 
 # The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them.
 LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp")
-_Engine = TrainSpec.model_fields["engine"].annotation
-_Schedule = TrainSpec.model_fields["pp_schedule"].annotation
 
 
-class OtherModel(BaseModel):
+class _OtherModelBase(BaseModel):
     """Another configuration the study's axes also run, with the settings it differs in: a full profile's
     Llama 3.1 8B at sequence 8192 in bf16 beside the paper's GPT-2 XL, or the paper's A100 tensor-parallel
-    layouts. A field it sets that a study sweeps (``seq_len`` in the sequence-length study, ``devices`` in
-    the scaling study) is that configuration's one value of the axis. A layout (``tp``, ``pp``) runs over
-    the device counts it divides (tensor parallel 4 from 4 devices on), and ``systems`` limits the entry to
-    the systems named (the paper's A100 layouts on ``a100``)."""
+    layouts. Its fields are ``TrainSpec``'s, each None ("the study's") unless set, plus ``systems``. A
+    field it sets that a study sweeps (``seq_len`` in the sequence-length study, ``devices`` in the scaling
+    study) is that configuration's one value of the axis. A layout (``tp``, ``pp``) runs over the device
+    counts it divides (tensor parallel 4 from 4 devices on), and ``systems`` limits the entry to the
+    systems named (the paper's A100 layouts on ``a100``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: str | None = None  # None: the study's
-    seq_len: PositiveInt | None = None
-    precision: PrecisionRequest | None = None
-    micro_batch_size: PositiveInt | None = None
-    activation_checkpointing: bool | None = None
-    devices: PositiveInt | None = None
-    engine: _Engine | None = None
-    tp: PositiveInt | None = None
-    pp: PositiveInt | None = None
-    cp: PositiveInt | None = None
-    pp_microbatches: PositiveInt | None = None
-    pp_schedule: _Schedule | None = None
     systems: list[str] | None = None  # the systems it runs on; None: every one
 
     def changes(self) -> dict:
@@ -66,6 +53,13 @@ class OtherModel(BaseModel):
 
     def runs_on(self, system: System) -> bool:
         return self.systems is None or system.id in self.systems
+
+
+# Every TrainSpec field, with its own type and bounds, optional: the one schema of a training point.
+OtherModel = create_model(
+    "OtherModel", __base__=_OtherModelBase, __module__=__name__, __doc__=_OtherModelBase.__doc__,
+    **{name: (field.annotation | None, FieldInfo.merge_field_infos(field, default=None))
+       for name, field in TrainSpec.model_fields.items()})
 
 
 class TrainingParams(StudyParams, TrainSpec):

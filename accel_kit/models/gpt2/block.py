@@ -4,7 +4,7 @@ GPT-2 layout (Radford et al. 2019): pre-LayerNorm, causal multi-head self-attent
 fused QKV projection, residual, pre-LayerNorm, MLP (4x, tanh-approximated GELU), residual.
 Attention goes through ``torch.nn.functional.scaled_dot_product_attention`` so each device
 picks its fastest causal kernel (flash / memory-efficient on GPUs, flash on CPU). With
-``narrow_linear_fast_path`` (set where the device adapter says it pays: CPU bf16) the output
+``narrow_linear_fast_path`` (set where the device adapter says it pays: CPU bf16, ``GPT2.kernel_overrides``) the output
 projections use a custom backward with a faster GEMM layout; otherwise every layer is the
 plain ``nn.Linear``.
 
@@ -34,7 +34,7 @@ class BlockConfig:
         layer_norm_eps: LayerNorm epsilon (GPT-2: 1e-5).
         bias: linear layers carry biases (GPT-2: yes).
         narrow_linear_fast_path: bf16 output projections compute their weight gradient as an
-            NN GEMM (``_NarrowOutputLinear``); the device adapter decides where that is faster.
+            NN GEMM (``_NarrowOutputLinear``); the device adapter says where that is faster.
     """
 
     hidden_size: int = 1600

@@ -94,6 +94,10 @@ class GPT2(Family):
     def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
         return [(model.position_ids, 0)]  # (seq_len,): the learned position table's row of each token
 
+    def kernel_overrides(self, adapter, dtype: torch.dtype) -> dict[str, bool]:
+        # The output projections' custom backward (block._NarrowOutputLinear), where the device says it pays.
+        return {"narrow_linear_fast_path": adapter.nn_weight_gradient_pays(dtype)}
+
     def hf_config(self, cfg: GPTConfig):
         from accel_kit.models.gpt2.hf import hf_config
 

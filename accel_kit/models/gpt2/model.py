@@ -11,12 +11,12 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from accel_kit.models.family import lm_loss, run_blocks, unique_param_count
+from accel_kit.models.family import PaddedVocab, lm_loss, run_blocks, unique_param_count
 from accel_kit.models.gpt2.block import Block, BlockConfig
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(PaddedVocab):
     """Shape of a GPT model. ``vocab_size`` is the tokenizer's; the embedding may be padded."""
 
     n_layers: int
@@ -27,16 +27,11 @@ class GPTConfig:
     mlp_ratio: int = 4
     pad_vocab_multiple: int = 1  # e.g. 64: 50257 -> 50304 rows, faster matmuls; recorded in results
     dropout: float = 0.0
-    narrow_linear_fast_path: bool = False  # a kernel choice, from the device adapter (models.block)
+    narrow_linear_fast_path: bool = False  # a kernel choice (gpt2.block), GPT2.kernel_overrides sets it from the adapter
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of n_heads {self.n_heads}")
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return (self.vocab_size + m - 1) // m * m
 
     @property
     def block(self) -> BlockConfig:

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from accel_kit.errors import ParameterError
+from accel_kit.models.family import PaddedVocab
 
 PREFIX = "hf:"  # -p preset hf:PATH
 
 
 @dataclass(frozen=True)
-class HFConfig:
+class HFConfig(PaddedVocab):
     """A transformers causal LM: the config file and the shape it describes.
 
     ``vocab_size`` is the tokenizer's (the ids data may hold), ``padded_vocab_size`` the
@@ -50,11 +51,6 @@ class HFConfig:
         if self.vocab_size < 1 or self.pad_vocab_multiple < 1:
             raise ValueError(f"vocab_size {self.vocab_size} and pad_vocab_multiple {self.pad_vocab_multiple} "
                              f"must be positive")
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return (self.vocab_size + m - 1) // m * m
 
     @property
     def label(self) -> str:

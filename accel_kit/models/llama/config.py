@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel_kit.models.family import PaddedVocab
+
 
 @dataclass(frozen=True)
 class RopeScaling:
@@ -34,7 +36,7 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(PaddedVocab):
     """Shape of a Llama 3 model (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3).
 
     Args:
@@ -51,8 +53,6 @@ class LlamaConfig:
         tie_embeddings: the output projection shares the token embedding (Llama 3.2 1B, 3B).
         pad_vocab_multiple: embedding rows padded up to a multiple of this (faster matmuls).
         dropout: Llama is trained without dropout; only 0.0 is accepted.
-        narrow_linear_fast_path: GPT-2's bf16 output-projection kernel choice, which the engine
-            passes to every family; accepted and ignored (Llama's linears are plain ``nn.Linear``).
     """
 
     n_layers: int
@@ -68,7 +68,6 @@ class LlamaConfig:
     tie_embeddings: bool = False
     pad_vocab_multiple: int = 1
     dropout: float = 0.0
-    narrow_linear_fast_path: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "ffn_hidden_size", "vocab_size",
@@ -89,8 +88,3 @@ class LlamaConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
-
-    @property
-    def padded_vocab_size(self) -> int:
-        m = self.pad_vocab_multiple
-        return (self.vocab_size + m - 1) // m * m

@@ -29,9 +29,8 @@ class Llama3(Family):
     presets: ClassVar[dict[str, LlamaConfig]] = PRESETS
     sources: ClassVar[dict[str, str]] = SOURCES
     # The shape is the release's; a point may change the vocabulary (another tokenizer), the
-    # context, the embedding padding, and pass the engine's kernel flag (no effect here). No
-    # dropout: Llama has none.
-    overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple", "narrow_linear_fast_path")
+    # context and the embedding padding. No dropout: Llama has none.
+    overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple")
     hf_model_class: ClassVar[str] = "LlamaForCausalLM"
     hf_modules: ClassVar[tuple[str, ...]] = ("transformers.models.llama.modeling_llama",)
 
