@@ -15,7 +15,8 @@ around the timed trials, through ``LoadMeter``, the same window as the energy's)
 ``load_others_cpu_pct`` is the busy time less the point's own, over (logical CPUs x the window's
 wall time). Under a group of ranks, the ranks on one host are one point: ``point_fields`` sums
 their own times before subtracting (a sibling rank is not another process's load).
-Where psutil or the kernel lacks a figure, it is null with ``load_reason``, never 0.
+Where psutil or the kernel lacks a figure, or the window is too short for the kernel's counters to
+resolve it, the figure is null with ``load_reason``, never 0.
 """
 from __future__ import annotations
 
@@ -35,9 +36,12 @@ import psutil
 BUSY_MIN_CORES = 0.25
 BUSY_MIN_SHARE = 0.10
 # The kernel counts CPU time in clock ticks (1/USER_HZ, 10 ms on Linux): each CPU's counters and the
-# process's are each off by up to about a tick over a window, so others' time in a short window is
-# uncertain by about (CPUs + 2) ticks; the flag needs others' time to exceed the threshold by that.
+# process's are each off by up to about a tick over a window, so others' time in a window is uncertain
+# by about (CPUs + 2) ticks. The flag needs others' time to exceed the threshold by that; the share is
+# given where that is at most a tenth of the window's CPU time (10 points of %): on 2 CPUs, windows of
+# 0.2 s and more. A shorter window's share would read 0 or 100 % by where a tick fell.
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 0.01
+MAX_UNCERTAINTY = 0.10
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,15 @@ def own_delta_s(before: Sample, after: Sample) -> float | None:
     return None if before.own_s is None or after.own_s is None else after.own_s - before.own_s
 
 
+def uncertainty_s(cpus: int) -> float:
+    """How far others' CPU time over a window can be off, from the counters' ticks alone."""
+    return (cpus + 2) * _TICK_S
+
+
 def is_busy(taken_s: float, wall_s: float, cpus: int) -> bool:
     """Whether ``taken_s`` of CPU time (others' and steal) over ``wall_s`` makes the machine busy (see BUSY_*)."""
     threshold_s = max(BUSY_MIN_CORES, BUSY_MIN_SHARE * cpus) * wall_s
-    return taken_s - (cpus + 2) * _TICK_S > threshold_s
+    return taken_s - uncertainty_s(cpus) > threshold_s
 
 
 def fields(before: Sample, after: Sample, own_s: float | None = None) -> dict[str, Any]:
@@ -112,10 +121,14 @@ def fields(before: Sample, after: Sample, own_s: float | None = None) -> dict[st
     wall_s, cpus = after.wall_s - before.wall_s, after.cpus
     out: dict[str, Any] = {"load_others_cpu_pct": None, "load_steal_pct": None, "machine_busy": None,
                            "load_avg_1m_before": before.load_1m, "load_avg_1m_after": after.load_1m,
-                           "load_cpu_count": cpus, "load_reason": None}
+                           "load_cpu_count": cpus, "load_window_s": wall_s, "load_reason": None}
     if not cpus or wall_s <= 0:
         return out | {"load_reason": "no window or no CPU count to measure the load over"}
     capacity_s = cpus * wall_s
+    if uncertainty_s(cpus) > MAX_UNCERTAINTY * capacity_s:
+        return out | {"load_reason": f"a window of {wall_s:.3g} s is too short for the kernel's CPU counters "
+                                     f"({_TICK_S * 1e3:.0f} ms ticks) on {cpus} CPUs: the shares would be off by "
+                                     f"more than {100 * MAX_UNCERTAINTY:.0f} points"}
     # Counters are read a moment apart and in ticks: a small negative difference is 0, not a credit.
     steal_s = None if before.steal_s is None or after.steal_s is None else max(0.0, after.steal_s - before.steal_s)
     if steal_s is not None:
@@ -171,7 +184,8 @@ def point_fields(before: Sample, after: Sample, device: Any, world: int, rank: i
     owns, hosts = t[:world].tolist(), [int(h) for h in t[world:].tolist()]
     host_own = host_own_s(owns, hosts, rank - local_rank)
     mine = fields(before, after, None if host_own != host_own else host_own)  # NaN: a rank had no own time
-    numeric = ["load_others_cpu_pct", "load_steal_pct", "load_avg_1m_before", "load_avg_1m_after", "machine_busy"]
+    numeric = ["load_others_cpu_pct", "load_steal_pct", "load_avg_1m_before", "load_avg_1m_after", "machine_busy",
+               "load_window_s"]
     # -1 stands for null in the maximum (every figure is >= 0); gloo's MAX is not defined on NaN.
     m = torch.tensor([-1.0 if mine[k] is None else float(mine[k]) for k in numeric], device=device)
     dist.all_reduce(m, op=dist.ReduceOp.MAX)

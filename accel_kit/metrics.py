@@ -125,7 +125,10 @@ _DECLARED = [
     Metric("load_avg_1m_before", "1", "the 1-minute load average (runnable tasks) as the window opened", T + B),
     Metric("load_avg_1m_after", "1", "the 1-minute load average as the window closed", T + B),
     Metric("load_cpu_count", "1", "logical CPUs of the machine (the base of the load shares)", T + B),
-    Metric("load_reason", "text", "why a load figure is null", T + B),
+    Metric("load_window_s", "s", "the span the load figures cover: the timed trials (the energy meter's window)",
+           T + B),
+    Metric("load_reason", "text", "why a load figure is null (e.g. a window too short for the kernel's "
+                                  "10 ms CPU-time ticks)", T + B),
     # --- weight sparsity (accel_kit.sparsity)
     Metric("sparsity_measured", "1", "fraction of the block linears' weights that are zero", T),
     Metric("sparsity_layer_min", "1", "least sparse pruned layer", T),

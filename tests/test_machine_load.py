@@ -47,6 +47,42 @@ def test_missing_counters_are_null_with_a_reason():
     assert f["load_others_cpu_pct"] is None and f["load_reason"]
 
 
+def test_a_window_too_short_for_the_counters_ticks_has_no_share():
+    # 20 ms on 2 CPUs: 40 ms of CPU time against counters uncertain by 4 ticks (40 ms).
+    f = fields(*_window(busy_s=0.04, own_s=0.0, wall_s=0.02))
+    assert f["load_others_cpu_pct"] is None and f["machine_busy"] is None and f["load_steal_pct"] is None
+    assert "too short" in f["load_reason"] and f["load_window_s"] == pytest.approx(0.02)
+    assert fields(*_window(busy_s=0.0, own_s=0.0, wall_s=0.25))["load_others_cpu_pct"] == 0.0  # within 10 points
+
+
+def test_a_real_point_records_the_machines_load(monkeypatch):
+    # A block point through the shared measurement path, each trial 0.1 s longer by a sleep, so its window
+    # is one the counters resolve on any machine (the sleep takes no CPU of the point's).
+    from accel_kit.engine.block_measure import BlockMeasurement
+    from accel_kit.engine.point import BlockPoint
+    from accel_kit.engine.worker import run_point
+
+    setup = BlockMeasurement.setup
+
+    def slower(self):
+        window = setup(self)
+        step = window.iteration
+        window.iteration = lambda: (step(), time.sleep(0.1))
+        return window
+
+    monkeypatch.setattr(BlockMeasurement, "setup", slower)
+    point = BlockPoint(system="cpu", impl="native", precision="fp32", preset="gpt2-debug", seq_len=8, batch_size=1,
+                       direction="forward", warmup=1, trials=3, tf32=False, torch_compile=False, noisy_cv=0.5, seed=0)
+    res = run_point(point, rank=0, world=1, local_rank=0)
+    m = res["metrics"]
+    assert res["status"] == "ok" and m["load_window_s"] >= 0.3
+    assert m["load_cpu_count"] == os.cpu_count() and isinstance(m["machine_busy"], bool)
+    if sys.platform.startswith("linux"):  # psutil reads every counter there
+        assert m["load_reason"] is None and 0 <= m["load_others_cpu_pct"] <= 100
+        assert m["load_steal_pct"] is None or 0 <= m["load_steal_pct"] <= 100
+        assert m["load_avg_1m_before"] >= 0 and m["load_avg_1m_after"] >= 0
+
+
 def test_busy_threshold_on_two_and_on_many_cpus():
     # 2 CPUs: a quarter of one CPU (the floor over a tenth of two) plus the counters' resolution.
     margin_s = 4 * TICK_S
