@@ -114,6 +114,20 @@ _DECLARED = [
     Metric("energy_sampling_period_s", "s", "a sampled meter's period"),
     Metric("energy_rated_power_w", "W", "the devices' rated power (plausibility bound)"),
     Metric("energy_reason", "text", "why no energy was measured"),
+    # --- the machine's load over the timed window (accel_kit.machine_load)
+    Metric("load_others_cpu_pct", "%", "CPU time other processes took over the timed window, as a share of every "
+           "logical CPU's time over it (the point's own ranks and their children not counted)", T + B),
+    Metric("load_steal_pct", "%", "steal time over the window (the hypervisor ran other guests on these CPUs), "
+           "as a share of every logical CPU's time (null: the kernel reports no steal)", T + B),
+    Metric("machine_busy", "bool", "others' CPU time and steal took more than a quarter of one logical CPU or a "
+           "tenth of them all, whichever is more, over the window: the point was measured on a busy machine", T + B),
+    Metric("load_avg_1m_before", "1", "the 1-minute load average (runnable tasks) as the window opened", T + B),
+    Metric("load_avg_1m_after", "1", "the 1-minute load average as the window closed", T + B),
+    Metric("load_cpu_count", "1", "logical CPUs of the machine (the base of the load shares)", T + B),
+    Metric("load_window_s", "s", "the span the load figures cover: the timed trials (the energy meter's window)",
+           T + B),
+    Metric("load_reason", "text", "why a load figure is null (e.g. a window too short for the kernel's "
+                                  "10 ms CPU-time ticks)", T + B),
     # --- weight sparsity (accel_kit.sparsity)
     Metric("sparsity_measured", "1", "fraction of the block linears' weights that are zero", T),
     Metric("sparsity_layer_min", "1", "least sparse pruned layer", T),

@@ -63,6 +63,29 @@ def test_cpu_peak_memory_window_sees_allocation():
     del big
 
 
+def test_cpu_peak_memory_where_the_kernel_peak_cannot_be_reset(monkeypatch):
+    # Without clear_refs the window's peak comes from psutil's resident set, sampled by a thread.
+    from accel_kit.devices import cpu
+
+    monkeypatch.setattr(cpu, "_reset_hwm", lambda: False)
+    adapter = get_adapter("cpu")
+    adapter.reset_peak_memory()
+    try:
+        assert adapter._sampler is not None
+        before = adapter.peak_memory_bytes()
+        big = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        big.add_(1)
+        import time
+
+        end = time.monotonic() + 60  # held until the sampler has seen it (a loaded machine delays its thread)
+        while adapter.peak_memory_bytes() < before + 48 * 2**20 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert adapter.peak_memory_bytes() >= before + 48 * 2**20
+        del big
+    finally:
+        adapter._stop_sampler()
+
+
 def test_cpu_workers_keep_freed_memory_unless_told_otherwise():
     from accel_kit.devices.cpu import MALLOC_OPT_OUT, MALLOC_TUNABLES, malloc_env
 

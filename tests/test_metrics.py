@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,12 +34,27 @@ def _measured(point) -> dict:
     return energy.fill_missing(result["metrics"], point.ENERGY_WORK, "ok", None)
 
 
+def _check_load(found: dict) -> None:
+    """The machine's load over the window (accel_kit.machine_load): shares within 0..100, a flag either way."""
+    others = found["load_others_cpu_pct"]
+    if sys.platform.startswith("linux"):  # psutil reads every counter there: a share, or a window too short
+        # for the kernel's ticks (a tiny point's; test_machine_load times one the counters resolve)
+        assert (others is not None and found["load_reason"] is None) or "too short" in found["load_reason"]
+    assert found["load_window_s"] > 0
+    assert others is None or 0 <= others <= 100
+    assert found["load_steal_pct"] is None or 0 <= found["load_steal_pct"] <= 100
+    assert isinstance(found["machine_busy"], bool) or (others is None and found["machine_busy"] is None)
+    assert found["load_cpu_count"] >= 1
+    assert all(found[k] is None or found[k] >= 0 for k in ("load_avg_1m_before", "load_avg_1m_after"))
+
+
 def test_a_training_record_carries_declared_metrics_only():
     point = TrainPoint(system="cpu", preset="gpt2-debug", vocab_size=64, precision="fp32", micro_batch_size=2,
                        seq_len=16, steps=2, warmup_steps=1, sparsity=0.5, dense_finetune_steps=1)
     found = _measured(point)
     assert not metrics.undeclared(found), metrics.undeclared(found)
     assert found[TrainPoint.RATE_METRIC] > 0  # the kind's achieved rate is where the kind says
+    _check_load(found)
 
 
 def test_a_block_record_carries_declared_metrics_only():
@@ -48,6 +64,7 @@ def test_a_block_record_carries_declared_metrics_only():
     found = _measured(point)
     assert not metrics.undeclared(found), metrics.undeclared(found)
     assert found[BlockPoint.RATE_METRIC] > 0
+    _check_load(found)
 
 
 def _dict_keys(tree: ast.AST) -> set[str]:

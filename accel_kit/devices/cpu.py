@@ -8,6 +8,7 @@ import sys
 import threading
 from typing import Any
 
+import psutil
 import torch
 
 from accel_kit.devices import probe
@@ -37,15 +38,15 @@ def _cpu_flags() -> set[str]:
 
 
 def _max_rss_bytes() -> int:
+    """This process's peak resident set size since it started (getrusage: it never resets)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss if sys.platform == "darwin" else rss * 1024  # Linux reports KiB
 
 
-def _current_rss_bytes() -> int | None:
+def _current_rss_bytes(process: psutil.Process) -> int | None:
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        return process.memory_info().rss
+    except (psutil.Error, OSError):
         return None
 
 
@@ -60,7 +61,11 @@ def _reset_hwm() -> bool:
 
 
 def _hwm_bytes() -> int | None:
-    """This process's peak resident set size since start or the last reset (VmHWM), or None."""
+    """This process's peak resident set size since start or the last reset (VmHWM), or None.
+
+    Read from /proc: psutil gives the resident set now (memory_info) but not this peak, and
+    getrusage's ru_maxrss is the peak since the process started, which ``_reset_hwm`` does not reset.
+    """
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -72,19 +77,25 @@ def _hwm_bytes() -> int | None:
 
 
 class _RSSSampler(threading.Thread):
-    """Tracks the peak resident set size of this process until stopped."""
+    """Tracks the peak resident set size of this process until stopped.
+
+    Only where the kernel's peak cannot be reset (not Linux, or no clear_refs): psutil reads the
+    resident set now, and ru_maxrss keeps the peak since the process started (its setup, or an
+    earlier point in it, could set it), so the window's own peak needs samples of the current one.
+    """
 
     interval_s = 0.005
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self._stop_event = threading.Event()
-        self.peak_bytes = _current_rss_bytes() or 0
+        self._process = psutil.Process()  # this process (made here: a forked worker is another pid)
+        self.peak_bytes = _current_rss_bytes(self._process) or 0
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval_s):
-            rss = _current_rss_bytes()
-            if rss is None:  # not Linux: fall back to the process high-water mark
+            rss = _current_rss_bytes(self._process)
+            if rss is None:  # psutil cannot read this process: the peak since it started is what is left
                 self.peak_bytes = _max_rss_bytes()
                 return
             self.peak_bytes = max(self.peak_bytes, rss)

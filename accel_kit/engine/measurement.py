@@ -9,9 +9,9 @@ A kind (a training step, one transformer block) passes in only what differs, as 
 - **setup**: the kind builds its model and its iteration (it may still decline, e.g. a forced
   attention kernel the device lacks, or a second fit check once the kernel is known);
 - **the timed window**: the energy meter opened before the clock (its setup is not timed),
-  peak memory reset, ``accel_kit.timing.measure`` the only clock, a time budget re-checked
+  the machine's load sampled over the meter's window (``accel_kit.machine_load``), peak memory reset, ``accel_kit.timing.measure`` the only clock, a time budget re-checked
   from the first iteration;
-- **finish**: times, energy and memory reduced over the ranks (the slowest rank sets the pace of
+- **finish**: times, energy, memory and the machine's load reduced over the ranks (the slowest rank sets the pace of
   a synchronous step), achieved TFLOP/s per device, MFU against the datasheet and against the
   measured peak (``accel_kit.peaks``), energy per unit of work (``accel_kit.energy``).
 
@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from accel_kit import energy, peaks
+from accel_kit import energy, machine_load, peaks
 from accel_kit.engine.step import NonFiniteLoss, NotMeasured
 from accel_kit.timing import OverBudget, Timing, measure
 
@@ -119,7 +119,8 @@ def run(m: KindMeasurement) -> dict:
     window = m.setup()
     if isinstance(window, dict):
         return window
-    meter = ctx.adapter.energy_meter(ctx.local_rank)  # opened now: its setup (a library, a handle) is not timed
+    # opened now: its setup (a library, a handle) is not timed; the machine's load is sampled over its window
+    meter = machine_load.LoadMeter(ctx.adapter.energy_meter(ctx.local_rank))
     kwargs = {} if window.noisy_cv is None else {"noisy_cv": window.noisy_cv}
     try:
         ctx.adapter.reset_peak_memory()
@@ -135,13 +136,14 @@ def run(m: KindMeasurement) -> dict:
         return m.result(exc.status, exc.reason)
     except OverBudget as exc:
         return m.result("skipped", f"over the time budget: {exc}", time_estimate_s=exc.estimate_s)
-    return _finish(m, timing, mem)
+    return _finish(m, timing, mem, meter)
 
 
-def _finish(m: KindMeasurement, timing: Timing, mem: int | None) -> dict:
+def _finish(m: KindMeasurement, timing: Timing, mem: int | None, meter: machine_load.LoadMeter) -> dict:
     point, ctx = m.point, m.ctx
     where = ctx.adapter.collective_device(ctx.device)
     window_energy = reduce_energy(timing.energy, where, ctx.world, ctx.local_rank)
+    load = machine_load.point_fields(meter.before, meter.after, where, ctx.world, ctx.rank, ctx.local_rank)
     times = reduce_max(timing.times_s, where, ctx.world)
     if mem is not None:
         mem = int(reduce_max([float(mem)], where, ctx.world)[0])
@@ -151,7 +153,7 @@ def _finish(m: KindMeasurement, timing: Timing, mem: int | None) -> dict:
         # (above 100 % of a datasheet peak is a bug: raises, and the point is an error)
         **peaks.mfu_metrics(achieved_tflops, m.device_model, point.precision, point.peak, tf32=m.tf32),
         "mem_peak_gib": mem / GiB if mem is not None else None,
-    } | kind_metrics  # last: a runtime's own figures (e.g. cstorch's) are the kind's to set
+    } | load | kind_metrics  # last: a runtime's own figures (e.g. cstorch's) are the kind's to set
     timed = {"times_s": times, "warmup_times_s": timing.warmup_times_s}
     try:  # every device's energy over the timed window, against the work it did
         metrics |= energy.energy_fields(window_energy, work=m.work, amount=work_amount)
