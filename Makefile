@@ -112,10 +112,12 @@ test-cerebras: cerebras
 
 # JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
 # --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.
-# JUPYTER_PATH adds the Cerebras venv's kernels (make cerebras) to those JupyterLab lists.
+# JUPYTER_PATH adds the Cerebras venv's kernels (make cerebras) to those JupyterLab lists; JUPYTER_CONFIG_PATH
+# adds the project's jupyter_server_config.py (tracked notebooks saved without outputs) to the user's settings.
 LAB_ARGS ?=
 lab: install
 	JUPYTER_PATH=$(abspath $(CEREBRAS_VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
+	JUPYTER_CONFIG_PATH=$(CURDIR)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	  $(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # Tracked notebooks back to the form JupyterLab saves, without outputs (tests/test_notebooks_clean.py checks it).
