@@ -78,3 +78,11 @@ def test_the_pre_save_hook_strips_a_tracked_notebook_and_keeps_the_users_own(tmp
     model = {"type": "file", "content": "text"}
     notebooks_meta.pre_save_hook(model, path="tracked.ipynb", contents_manager=manager)
     assert model == {"type": "file", "content": "text"}
+
+
+def test_make_lab_loads_the_project_config_that_sets_the_hook():
+    root = notebooks_meta.ROOT
+    lab = (root / "Makefile").read_text().split("\nlab:")[1].split("\n\n")[0]
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)" in lab
+    config = (root / "jupyter_server_config.py").read_text()
+    assert 'c.ContentsManager.pre_save_hook = "accel_kit.notebooks_meta.pre_save_hook"' in config
