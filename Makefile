@@ -100,10 +100,14 @@ $(CEREBRAS_VENV)/.sdk: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)
 
 $(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt $(CEREBRAS_VENV)/.sdk
 	$(EDITABLE_LOCK) $(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
-	$(CEREBRAS_BIN)/python -m ipykernel install --sys-prefix --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
 	touch $@
 
-cerebras: $(CEREBRAS_VENV)/.installed
+# The kernel is its own target, so that an environment built before it lived in the prefix gets it there too.
+CEREBRAS_KERNEL_JSON := $(CEREBRAS_VENV)/share/jupyter/kernels/$(CEREBRAS_KERNEL)/kernel.json
+$(CEREBRAS_KERNEL_JSON): $(CEREBRAS_VENV)/.installed
+	$(CEREBRAS_BIN)/python -m ipykernel install --sys-prefix --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
+
+cerebras: $(CEREBRAS_VENV)/.installed $(CEREBRAS_KERNEL_JSON)
 
 # The Cerebras tests (tests/cerebras/, skipped by the main venv) with the Cerebras environment's Python.
 test-cerebras: cerebras
