@@ -80,7 +80,9 @@ test-fast: install
 
 # The Cerebras environment: cerebras-pytorch (which pins torch 2.4, hence a venv of its own) and accel-kit,
 # editable, resolved together so nothing changes torch; and a Jupyter kernel for it, which JupyterLab
-# (make lab) offers as "accel-kit (Cerebras cstorch)".
+# (make lab) offers as "accel-kit (Cerebras cstorch)". The kernel lives in that venv's prefix
+# (.venv-cerebras/share/jupyter), not the user's data folder: it goes with the checkout, and a removed
+# checkout leaves no dead kernel behind in every JupyterLab of the machine.
 CEREBRAS_VENV ?= .venv-cerebras
 CEREBRAS_BIN  := $(CEREBRAS_VENV)/bin
 CEREBRAS_KERNEL ?= accel-kit-cerebras
@@ -98,10 +100,14 @@ $(CEREBRAS_VENV)/.sdk: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)
 
 $(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt $(CEREBRAS_VENV)/.sdk
 	$(EDITABLE_LOCK) $(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
-	$(CEREBRAS_BIN)/python -m ipykernel install --user --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
 	touch $@
 
-cerebras: $(CEREBRAS_VENV)/.installed
+# The kernel is its own target, so that an environment built before it lived in the prefix gets it there too.
+CEREBRAS_KERNEL_JSON := $(CEREBRAS_VENV)/share/jupyter/kernels/$(CEREBRAS_KERNEL)/kernel.json
+$(CEREBRAS_KERNEL_JSON): $(CEREBRAS_VENV)/.installed
+	$(CEREBRAS_BIN)/python -m ipykernel install --sys-prefix --name $(CEREBRAS_KERNEL) --display-name 'accel-kit (Cerebras cstorch)'
+
+cerebras: $(CEREBRAS_VENV)/.installed $(CEREBRAS_KERNEL_JSON)
 
 # The Cerebras tests (tests/cerebras/, skipped by the main venv) with the Cerebras environment's Python.
 test-cerebras: cerebras
@@ -110,9 +116,13 @@ test-cerebras: cerebras
 
 # JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
 # --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.
+# JUPYTER_PATH adds the Cerebras venv's kernels (make cerebras) to those JupyterLab lists; JUPYTER_CONFIG_PATH
+# adds the project's jupyter_server_config.py (tracked notebooks saved without outputs) to the user's settings.
 LAB_ARGS ?=
 lab: install
-	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	JUPYTER_PATH=$(abspath $(CEREBRAS_VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
+	JUPYTER_CONFIG_PATH=$(CURDIR)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # Tracked notebooks back to the form JupyterLab saves, without outputs (tests/test_notebooks_clean.py checks it).
 strip-notebooks: install

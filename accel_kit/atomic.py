@@ -14,6 +14,7 @@ not replaced, and have their own rule (``accel_kit.results.append_record``).
 """
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -23,6 +24,8 @@ import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from accel_kit.errors import OutputError
 
 _PARTIAL = ".partial-"
 # The host is part of the owner tag because a pid means nothing on another machine: on a
@@ -94,8 +97,32 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
+# What the user's disk or folder, not accel-kit, is the cause of (a full disk or quota, a file over the
+# size limit, a read-only or forbidden folder): one line naming the path, not a traceback.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
 @contextmanager
-def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
+def output_errors(path: str | os.PathLike, what: str, folder: str | os.PathLike | None = None) -> Iterator[None]:
+    """Turn an OSError from writing ``what`` at ``path`` that the user's environment caused into one
+    OutputError line naming the path: a full disk (ENOSPC), a quota (EDQUOT), a size limit (EFBIG), a
+    read-only or forbidden folder (EROFS, EACCES, EPERM), or its folder removed meanwhile (ENOENT or
+    ENOTDIR while the folder is gone; ``folder`` is the folder meant, by default ``path``'s). Any other
+    OSError is a bug and keeps its traceback.
+    """
+    try:
+        yield
+    except OSError as exc:
+        folder = Path(folder if folder is not None else Path(path).parent)
+        removed = exc.errno in (errno.ENOENT, errno.ENOTDIR) and not folder.is_dir()
+        if exc.errno not in _ENVIRONMENT_ERRNOS and not removed:
+            raise
+        why = f"its folder {str(folder)!r} is gone (removed during the run?)" if removed else exc.strerror or str(exc)
+        raise OutputError(f"cannot write the {what} {str(path)!r}: {why}", str(path), exc.errno) from exc
+
+
+@contextmanager
+def atomic_path(target: str | os.PathLike, what: str = "file") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; once the block succeeds it replaces ``target``.
 
     The block creates the file at the yielded path and closes it (any writer works: ``open``,
@@ -105,35 +132,39 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
 
     Args:
         target: the file to produce; its folder is created if missing.
+        what: what the file is, for the one-line error (e.g. "figure").
 
     Raises:
         FileNotFoundError: the block did not create the file.
+        OutputError: the disk, a quota or the folder refused the file (see :func:`output_errors`).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(target)
+    with output_errors(target, what):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(target)
     tmp = partial_path(target)
     try:
-        yield tmp
-        fsync_path(tmp)
-        os.replace(tmp, target)
+        with output_errors(target, what):
+            yield tmp
+            fsync_path(tmp)
+            os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, what: str = "file") -> None:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, what) as tmp:
         tmp.write_bytes(data)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+def write_text_atomic(path: str | os.PathLike, text: str, encoding: str = "utf-8", what: str = "file") -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
-    write_bytes_atomic(path, text.encode(encoding))
+    write_bytes_atomic(path, text.encode(encoding), what)
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+def write_json_atomic(path: str | os.PathLike, data: Any, what: str = "file") -> None:
     """Write ``data`` as compact JSON atomically; values JSON lacks (paths, dtypes) become ``str``."""
-    write_text_atomic(path, json.dumps(data, default=str))
+    write_text_atomic(path, json.dumps(data, default=str), what=what)

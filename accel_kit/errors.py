@@ -25,3 +25,15 @@ class UnavailableError(AccelKitError, RuntimeError):
 
 class DataError(AccelKitError, ValueError):
     """An input file (corpus, FASTA, results) is missing or malformed."""
+
+
+class OutputError(AccelKitError):
+    """An output (records, a figure, a report, a result file) could not be written: a full disk or
+    quota, a read-only filesystem, no permission, or its folder removed while the run went on.
+
+    ``path`` is the file or folder named in the message; ``errno`` the operating system's error.
+    """
+
+    def __init__(self, message: str, path: str = "", errno: int | None = None):
+        super().__init__(message)
+        self.path, self.errno = path, errno

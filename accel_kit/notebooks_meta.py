@@ -7,6 +7,14 @@ jupyter_server, which writes with ``nbformat.write``; so does this module, byte 
 
 ``python -m accel_kit.notebooks_meta [--check] [NOTEBOOK ...]`` (``make strip-notebooks``)
 rewrites the tracked notebooks in that form; with ``--check`` it only reports, one line each.
+
+``pre_save_hook`` keeps them in it when JupyterLab saves (the project's jupyter_server_config.py, which
+``make lab`` loads): a tracked notebook is saved in this form, without the outputs of the cells run, so
+``git status`` stays clean and the records it reads say no "uncommitted changes"; the page keeps showing
+the outputs until it is closed, and a run's executed notebooks belong under outputs/ (``make run``).
+Why not a git clean filter (nbstripout's way): git status compares a file's size before any filter
+runs, so a notebook saved with outputs still shows as modified there (only ``git diff`` and ``git add``
+run the filter), and records would still say "uncommitted changes".
 """
 from __future__ import annotations
 
@@ -98,6 +106,25 @@ def tracked_notebooks(root: Path = ROOT) -> list[Path]:
         return sorted(root / p for p in out.split("\0") if p)
     except (OSError, subprocess.CalledProcessError):
         return sorted((root / "notebooks").glob("*.ipynb"))
+
+
+def is_tracked(path: Path) -> bool:
+    """Whether git tracks the file at ``path`` (False outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "ls-files", "--error-unmatch", "--", path.name], cwd=path.parent,
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def pre_save_hook(model: dict, path: str, contents_manager, **kwargs) -> None:
+    """jupyter_server's pre-save hook: a notebook git tracks is saved in the committed form (``normalise``:
+    no outputs, no execution counts, the canonical metadata); any other file is saved as it is."""
+    if model.get("type") != "notebook" or not model.get("content"):
+        return
+    if not is_tracked(Path(contents_manager.root_dir, path.lstrip("/"))):
+        return  # the user's own notebook: its outputs are theirs to keep
+    model["content"] = normalise(nbformat.from_dict(model["content"]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from accel_kit.atomic import atomic_path, write_text_atomic
+from accel_kit.atomic import atomic_path, output_errors, write_text_atomic
 
 _TEMPLATE = "plotly_white"
 
@@ -196,18 +196,19 @@ def save_html(figs: dict[str, go.Figure], folder: str | Path) -> list[Path]:
     figure, not a truncated page.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    with output_errors(folder, "figures folder"):
+        folder.mkdir(parents=True, exist_ok=True)
     bundle = folder / "plotly.min.js"
     if figs and not bundle.exists():
         # Written here, atomically: plotly writes it only when absent, in place, so a bundle
         # truncated by an interrupted save would otherwise stay broken for every later figure.
         from plotly.offline import get_plotlyjs
 
-        write_text_atomic(bundle, get_plotlyjs())
+        write_text_atomic(bundle, get_plotlyjs(), what="figures' plotly.js")
     paths = []
     for name, fig in figs.items():
         path = folder / f"{name}.html"
-        with atomic_path(path) as tmp:
+        with atomic_path(path, "figure") as tmp:
             # "directory": the page loads the plotly.min.js beside it.
             fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
         paths.append(path)

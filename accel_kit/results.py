@@ -145,20 +145,40 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append ``record`` to the JSON Lines file ``path`` (created with its folder if missing)."""
+def append_record(path: str | os.PathLike, record: dict, *, make_folder: bool = True) -> None:
+    """Append ``record`` to the JSON Lines file ``path`` (created if missing, with its folder unless
+    ``make_folder`` is false: a sweep's folder removed mid-run is an error, not a fresh folder).
+
+    Raises:
+        OutputError: the disk, a quota or the folder refused the record (one line naming ``path``); the
+            records before it are intact, since a line written in part is cut off again.
+    """
+    from accel_kit.atomic import output_errors
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, default=str, allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        _drop_partial_tail(fd)
-        view = memoryview(line)
-        while view:  # a regular-file write is all-or-nothing in practice; loop for the rare short write
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with output_errors(path, "records"):
+        if make_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _drop_partial_tail(fd)
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(line)
+                while view:  # a full disk or a size limit writes part of the line, then fails
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                # Cut the part written, so the file ends with the last whole record (a full disk still
+                # lets a file shrink); a later append would cut it too, but the run may not append again.
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
 
 
 def _drop_partial_tail(fd: int) -> None:

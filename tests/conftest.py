@@ -1,9 +1,48 @@
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# What the tests' kernels, notebooks, compilers and browsers would otherwise keep in the user's home: IPython's
+# profile and history, Jupyter's runtime files, data (the notebook-signature database) and config,
+# matplotlib's font cache, torch's and triton's compiled extensions, the XDG caches (Hugging Face and
+# others). Each points into one scratch folder for the session, removed after it; its subprocesses inherit
+# it (pytest-xdist's workers share their controller's). Nothing a test does outlives it.
+SCRATCH_HOME_ENV = "ACCEL_KIT_TEST_SCRATCH_HOME"
+SCRATCH_DIRS = {"IPYTHONDIR": "ipython", "JUPYTER_RUNTIME_DIR": "jupyter/runtime", "JUPYTER_DATA_DIR": "jupyter/data",
+                "JUPYTER_CONFIG_DIR": "jupyter/config", "MPLCONFIGDIR": "matplotlib",
+                "TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton", "XDG_CACHE_HOME": "cache"}
+# The user's own Jupyter data folder, where the tests check that no accel-kit kernel was installed.
+USER_JUPYTER_DATA_ENV = "ACCEL_KIT_TEST_USER_JUPYTER_DATA_DIR"
+_made_scratch: list[str] = []
+
+
+def pytest_configure(config):
+    if os.environ.get(SCRATCH_HOME_ENV):  # an xdist worker: its controller made it
+        return
+    os.environ[USER_JUPYTER_DATA_ENV] = _user_jupyter_data_dir()
+    scratch = tempfile.mkdtemp(prefix="accel-kit-test-home-")
+    _made_scratch.append(scratch)
+    os.environ[SCRATCH_HOME_ENV] = scratch
+    for name, sub in SCRATCH_DIRS.items():
+        os.environ[name] = str(Path(scratch, sub))
+
+
+def _user_jupyter_data_dir() -> str:
+    try:
+        from jupyter_core.paths import jupyter_data_dir
+    except ImportError:  # an environment without Jupyter: its default on Linux
+        base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        return os.environ.get("JUPYTER_DATA_DIR") or str(Path(base) / "jupyter")
+    return jupyter_data_dir()
+
+
+def pytest_unconfigure(config):
+    for scratch in _made_scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture

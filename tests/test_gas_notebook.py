@@ -18,3 +18,18 @@ def test_gas_notebook(out_dir):
                  **{k: v for k, v in TINY.items() if k != "micro_batch_size"}, data="synthetic", vocab_size=97)
     again = (out_dir / "gas.ipynb").read_text()
     assert "Nothing was measured now: all 2 points were recorded before (" in again and "rerun = True" in again
+    # The command it prints runs as printed: the same points, measured again.
+    import re
+    import shlex
+
+    import nbformat
+
+    from accel_kit import cli, results
+
+    text = "".join(out.get("text", "") for cell in nbformat.reads(again, as_version=4).cells
+                   for out in cell.get("outputs", []))
+    command = re.search(r"(accel-kit run gas .*?--rerun)\)", text).group(1)
+    words = shlex.split(command)
+    assert cli.main([*words[1:], "-q", "--no-figures"]) == 0
+    recs = list(results.iter_records(out_dir / "gas" / "cpu.jsonl"))
+    assert len(recs) == 4 and len({r["params"]["point_key"] for r in recs}) == 2  # both points, again

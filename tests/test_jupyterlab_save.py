@@ -1,4 +1,6 @@
-"""Opening and saving each study notebook in JupyterLab leaves it byte for byte as committed.
+"""Opening and saving each study notebook in JupyterLab leaves it byte for byte as committed; in the
+JupyterLab that `make lab` starts (the project's jupyter_server_config.py), running a cell that prints and
+saving leaves `git status` clean too.
 
 A real JupyterLab server and headless Chromium (Debian's ``chromium`` and the ``playwright``
 package; no browser download): each notebook opens, its kernel starts, Ctrl+S saves it, and git
@@ -41,6 +43,18 @@ def _git(repo, *args):
                           capture_output=True, text=True).stdout
 
 
+ROOT = Path(__file__).resolve().parent.parent
+PRINTS = 'print("an output")'
+
+
+def _printing_notebook() -> str:
+    """A notebook in the committed form whose one cell prints a line."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PRINTS)])
+    return notebooks_meta.serialise(notebooks_meta.normalise(nb))
+
+
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab on 127.0.0.1 without a token, rooted at a scratch git repository of the notebooks."""
@@ -52,6 +66,20 @@ def lab(tmp_path):
     # shows that a change made by opening and saving is seen.
     stale = (repo / "notebooks" / "gas.ipynb").read_text().replace('"Python 3 (ipykernel)"', '"Python 3"')
     (repo / "notebooks" / "stale_control.ipynb").write_text(stale)
+    yield from _lab(tmp_path, repo)
+
+
+@pytest.fixture
+def project_lab(tmp_path):
+    """The JupyterLab `make lab` starts (the checkout's jupyter_server_config.py, through JUPYTER_CONFIG_PATH),
+    rooted at a scratch git repository holding a tracked notebook that prints."""
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "notebooks" / "prints.ipynb").write_text(_printing_notebook())
+    yield from _lab(tmp_path, repo, JUPYTER_CONFIG_PATH=str(ROOT))
+
+
+def _lab(tmp_path, repo, **extra_env):
     (repo / ".gitignore").write_text(".ipynb_checkpoints/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
@@ -59,7 +87,8 @@ def lab(tmp_path):
     port = _free_port()
     # Lab's user settings and workspaces from a scratch folder: nothing of the user's changes the run.
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               **extra_env)
     # expose_app_in_browser: window.jupyterapp, from which the test reads the notebook's model.
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={repo}",
@@ -157,3 +186,44 @@ def test_opening_and_saving_in_jupyterlab_changes_no_notebook(lab, chromium):
     changed.remove("notebooks/stale_control.ipynb")
     assert not changed, (f"opening and saving in JupyterLab changed {', '.join(changed)}; "
                          "run `make strip-notebooks` and commit the result")
+
+
+def _outputs(path):
+    import json
+
+    # nbformat keeps multi-line text as a list of lines
+    return ["".join(out.get("text") or []) for cell in json.loads(path.read_text())["cells"]
+            for out in cell.get("outputs", [])]
+
+
+def test_running_a_cell_and_saving_in_make_labs_jupyterlab_leaves_git_status_clean(project_lab, chromium):
+    from accel_kit import results
+
+    url, repo = project_lab
+    tracked = repo / "notebooks" / "prints.ipynb"
+    # The control: the same notebook, not tracked (the user's own): saved with its output, which shows
+    # that the cell ran and that the save writes what the page holds.
+    mine = repo / "notebooks" / "mine.ipynb"
+    mine.write_text(tracked.read_text())
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(WAIT_S * 1000)
+            page.goto(f"{url}/lab/tree/notebooks?reset")
+            for path in (tracked, mine):
+                _open(page, path.name)
+            for path in (tracked, mine):
+                page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=path.name).click()
+                notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+                page.wait_for_function(KERNEL_METADATA_LANDED)
+                notebook.locator(".jp-Cell").first.click()
+                page.keyboard.press("Control+Enter")  # runs the cell and stays on it (Shift+Enter would add one)
+                notebook.locator(".jp-OutputArea-output", has_text="an output").first.wait_for()
+                _save_once_idle(page, path, None)
+        finally:
+            browser.close()
+    assert _outputs(mine) == ["an output\n"], "the control was saved without its output: the check sees nothing"
+    assert _outputs(tracked) == [] and tracked.read_text() == _git(repo, "show", "HEAD:notebooks/prints.ipynb")
+    assert _git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+    assert results.git_state(repo)["dirty"] is False  # what a record says of the checkout

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from accel_kit import noise, results, studies, tables
 from accel_kit.devices.types import PrecisionChoice
@@ -153,6 +154,7 @@ def test_a_run_that_measured_nothing_says_so_and_rerun_measures_again(tmp_path, 
     line = again.reuse_line()
     assert line.startswith("Nothing was measured now: all 1 points were recorded before (")
     assert first[0]["timestamp"][:10] in line and "rerun = True" in line and "-p rerun true" in line
+    assert "accel-kit run gas --system cpu --profile quick --rerun" in line
     fresh = studies.StudyRun("gas", "cpu", "r3", path.parent,
                              sweep.run_sweep("gas", [point], records_path=path, run_id="r3", extra_params={},
                                              timeout_s=5, progress=False, rerun=True))
@@ -300,3 +302,27 @@ def test_the_reports_tables_have_a_spread_below_each_throughput_and_fit_the_page
     assert spread.measured and value.text == noise.fmt(value.value, places), (value, spread)
     assert first[f"{rates[0]} spread"][1].text == "not measured"  # the twin: one trial, one run
     assert tables.width_px(report_tables.text_frame(table)) <= 1400, report_tables.text_frame(table)
+
+
+@pytest.mark.parametrize("profile, overrides, output_dir", [
+    ("smoke", {}, None),
+    ("quick", {"micro_batch_sizes": [1, 2], "precision": "bf16", "data": "my corpus"}, "/tmp/my outputs"),
+    (None, {"gas_values": [4], "vocab_size": None}, None),
+])
+def test_the_rerun_hint_is_a_command_the_cli_parses_as_the_same_run(profile, overrides, output_dir):
+    import shlex
+
+    from accel_kit import cli
+
+    run = studies.StudyRun("gas", "cerebras-cpu", "r1", Path("/nowhere/gas"), [], profile=profile,
+                           overrides=overrides, output_dir=output_dir)
+    hint = run.rerun_how()
+    command = hint[hint.index("accel-kit run"):].rstrip(")")
+    words = shlex.split(command)
+    assert words[:2] == ["accel-kit", "run"]
+    args = cli.build_parser().parse_args(words[1:])
+    assert (args.study, args.system, args.rerun) == ("gas", "cerebras-cpu", True)
+    assert args.profile == (profile or "quick") and args.output_dir == output_dir
+    # -p values are YAML text: each reads back as the value the run had; a None (the profile's) is left out.
+    given = {name: yaml.safe_load(value) for name, value in args.param or []}
+    assert given == {k: v for k, v in overrides.items() if v is not None}

@@ -53,3 +53,36 @@ def test_check_reports_one_line_and_fails(tmp_path, capsys):
     assert notebooks_meta.main(["--check", str(dirty)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [f"{dirty}: nbformat 4.4, not 4.5"]
+
+
+def test_the_pre_save_hook_strips_a_tracked_notebook_and_keeps_the_users_own(tmp_path):
+    import subprocess
+    from types import SimpleNamespace
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "tracked.ipynb").write_text(NOTEBOOKS[0].read_text())
+    subprocess.run(["git", "add", "tracked.ipynb"], cwd=tmp_path, check=True)
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
+    code.execution_count = 1
+    manager = SimpleNamespace(root_dir=str(tmp_path))
+    for name in ("tracked.ipynb", "mine.ipynb"):
+        model = {"type": "notebook", "content": json.loads(nbformat.writes(nb))}
+        notebooks_meta.pre_save_hook(model, path=name, contents_manager=manager)
+        saved = notebooks_meta.serialise(nbformat.from_dict(model["content"]))
+        if name == "tracked.ipynb":  # what jupyter_server then writes: the committed notebook, byte for byte
+            assert saved == NOTEBOOKS[0].read_text()
+        else:
+            assert "hello" in saved
+    model = {"type": "file", "content": "text"}
+    notebooks_meta.pre_save_hook(model, path="tracked.ipynb", contents_manager=manager)
+    assert model == {"type": "file", "content": "text"}
+
+
+def test_make_lab_loads_the_project_config_that_sets_the_hook():
+    root = notebooks_meta.ROOT
+    lab = (root / "Makefile").read_text().split("\nlab:")[1].split("\n\n")[0]
+    assert "JUPYTER_CONFIG_PATH=$(CURDIR)" in lab
+    config = (root / "jupyter_server_config.py").read_text()
+    assert 'c.ContentsManager.pre_save_hook = "accel_kit.notebooks_meta.pre_save_hook"' in config

@@ -26,3 +26,25 @@ def test_an_unwritable_result_is_one_line_and_status_2(tmp_path, capsys):
     assert worker.main(["--point", str(point), "--out", "/proc/nope/r.json"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "/proc/nope" in err
+
+
+def test_a_full_disk_at_the_result_is_one_line_and_status_2(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+    from pathlib import Path
+
+    point = tmp_path / "point.json"
+    point.write_text(json.dumps({"kind": "peak", "system": "cpu", "precision": "fp32"}))
+    monkeypatch.setattr(worker, "run_point", lambda *a: {"status": "ok", "metrics": {}})
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    out = tmp_path / "r.json"
+    assert worker.main(["--point", str(point), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    # The sweep puts this line in the point's record as the reason the worker gave no result.
+    assert err == (f"accel_kit.engine.worker: error: cannot write the result file {str(out)!r}: "
+                   "No space left on device\n")
+    assert list(tmp_path.iterdir()) == [point]  # no partial left beside it

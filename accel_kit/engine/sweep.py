@@ -30,6 +30,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
+from accel_kit.atomic import output_errors
 import accel_kit.engine.forkserver as forkserver
 from accel_kit.engine.launch import worker_command
 from accel_kit.engine.point import Point
@@ -98,7 +99,8 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
     # single-node runs, where it is as good and always writable.
     with tempfile.TemporaryDirectory(prefix="accel-kit-point-", dir=os.environ.get("ACCEL_KIT_POINT_DIR")) as tmp:
         point_file, out_file = Path(tmp) / "point.json", Path(tmp) / "result.json"
-        point_file.write_text(point.model_dump_json())
+        with output_errors(point_file, "point file"):  # a full temporary disk: one line, not a traceback
+            point_file.write_text(point.model_dump_json())
         env = dict(os.environ) | extra_env | adapter.worker_env()  # e.g. the CPU's allocator settings
         if cpu_threads:
             env["OMP_NUM_THREADS"] = str(cpu_threads)
@@ -252,7 +254,8 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
             warmup_times_s=result.get("warmup_times_s"),
             env=(result.get("env") or results.environment()) | {"system": _system_provenance(point.system)},
             traceback=result.get("traceback"))
-        results.append_record(records_path, record)
+        # The folder is made for the first record; one removed during the sweep is an error naming it.
+        results.append_record(records_path, record, make_folder=not records)
         records.append(record)
         if is_memory_failure(result["status"], result.get("reason")):
             _update_frontier(frontier, point, result["status"])

@@ -76,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank))
     result = run_point(point, rank, world, local_rank)
     if rank == 0:
-        write_json_atomic(args.out, result)
+        try:
+            write_json_atomic(args.out, result, what="result file")
+        except AccelKitError as exc:  # a full disk: the one line, which the sweep records as the point's reason
+            print(f"accel_kit.engine.worker: error: {exc}", file=sys.stderr)
+            return 2
     if world > 1 and dist.is_initialized():
         dist.destroy_process_group()
     return 0

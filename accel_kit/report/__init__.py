@@ -75,7 +75,7 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
             no record at all.
         AccelKitError: static images asked for without kaleido or without Chrome/Chromium.
     """
-    from accel_kit.atomic import write_text_atomic
+    from accel_kit.atomic import output_errors, write_text_atomic
     from accel_kit.paths import output_dir
 
     formats = list(dict.fromkeys(formats or ()))
@@ -100,8 +100,9 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
     sections.insert(1, findings.findings_section(ctx))
     rendered = [page.section_html(s, ctx.cite) for s in sections]
     html = page.page(ctx, sections, rendered, title=title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, html)
+    with output_errors(out, "report page"):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, html, what="report page")
     report = Report(out, records, sections, dict(zip((s.id for s in sections), rendered)))
     if formats:
         report.images = export_images(report.figures, out.parent / f"{out.stem}_figures", formats)
@@ -138,18 +139,21 @@ def export_images(figures: dict[str, Any], folder: Path, formats: Sequence[str])
         raise AccelKitError(f"{NO_KALEIDO} (found kaleido {found}, whose bundled Chromium this plotly does not drive)")
     if _browser() is None:
         raise AccelKitError(NO_BROWSER)
-    folder.mkdir(parents=True, exist_ok=True)
+    from accel_kit.atomic import output_errors
+
     items = [(fig, folder / f"{name}.{fmt}") for fmt in formats for name, fig in figures.items()]
     if not items:
         return []
     try:
-        pio.write_images([fig for fig, _ in items], [str(p) for _, p in items])
-        # plotly drops the errors kaleido returns for single figures (a render past kaleido's timeout on a busy
-        # machine, a crashed tab): kaleido deletes that file and the call still succeeds. Each such figure is
-        # rendered again alone, through the call that raises.
-        for fig, path in items:
-            if not path.exists() or path.stat().st_size == 0:
-                path.write_bytes(pio.to_image(fig, format=path.suffix[1:]))
+        with output_errors(folder, "report's figures folder", folder=folder.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+            pio.write_images([fig for fig, _ in items], [str(p) for _, p in items])
+            # plotly drops the errors kaleido returns for single figures (a render past kaleido's timeout on a
+            # busy machine, a crashed tab): kaleido deletes that file and the call still succeeds. Each such
+            # figure is rendered again alone, through the call that raises.
+            for fig, path in items:
+                if not path.exists() or path.stat().st_size == 0:
+                    path.write_bytes(pio.to_image(fig, format=path.suffix[1:]))
     except RuntimeError as exc:
         if "chrome" in str(exc).lower():
             raise AccelKitError(NO_BROWSER) from None

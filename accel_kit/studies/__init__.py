@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
@@ -48,6 +49,10 @@ class StudyRun:
     run_id: str
     study_dir: Path  # outputs/<study>/
     records: list[dict]
+    profile: str | None = "quick"
+    # What the run was given beyond its profile (None = the profile's value), for the re-run command.
+    overrides: dict[str, Any] = field(default_factory=dict)
+    output_dir: str | Path | None = None  # as given (None: $ACCEL_KIT_OUTPUT_DIR or <project>/outputs)
 
     @property
     def records_path(self) -> Path:
@@ -104,7 +109,11 @@ class StudyRun:
         head = (f"Nothing was measured now: all {len(self.records)} points" if self.reused == len(self.records)
                 else f"{self.reused} of {len(self.records)} points (the rest measured now)")
         return (f"{head} were recorded before ({when} UTC) and are shown from {self.records_path.name}. "
-                f"To measure again: {RERUN_HOW}.")
+                f"To measure again: {self.rerun_how()}.")
+
+    def rerun_how(self) -> str:
+        """How to measure this run's points afresh: in the notebook, and as a command that runs as printed."""
+        return rerun_how(self.study, self.system, self.profile, self.overrides, self.output_dir)
 
     def precision_line(self) -> str:
         """The precision each point ran in and why (``auto``'s choice and its reason), once per distinct choice."""
@@ -144,8 +153,31 @@ class StudyRun:
         return f"No figure to draw: none of this run's {len(self.records)} points has status ok: " + "; ".join(parts)
 
 
-# The one way to measure afresh points already recorded (README, "Exploring in JupyterLab").
-RERUN_HOW = "set rerun = True in the parameters cell (papermill -p rerun true; accel-kit run --rerun)"
+def rerun_command(study: str, system: str = "cpu", profile: str | None = "quick",
+                  overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None) -> str:
+    """The ``accel-kit run`` command that measures afresh the points of a run of ``study`` with these
+    arguments, quoted for a POSIX shell: the same points, since it passes the same parameters."""
+    import json
+
+    words = ["accel-kit", "run", study, "--system", system]
+    if profile is not None:
+        words += ["--profile", profile]
+    for name, value in (overrides or {}).items():
+        if value is not None:  # None: the profile's value, which --profile gives already
+            # -p VALUE is YAML; JSON is YAML, so a list, a number or a string reads back as the same value.
+            words += ["-p", name, value if isinstance(value, str) else json.dumps(value, default=str)]
+    if output_dir:
+        words += ["--output-dir", str(output_dir)]
+    return shlex.join([*words, "--rerun"])
+
+
+def rerun_how(study: str, system: str = "cpu", profile: str | None = "quick",
+              overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None) -> str:
+    """The one way to measure afresh points already recorded (README, "Exploring in JupyterLab")."""
+    return (f"set rerun = True in the parameters cell (papermill -p rerun true; "
+            f"{rerun_command(study, system, profile, overrides, output_dir)})")
+
+
 REPORT_HOW = ("the cross-system report of every study: run notebooks/report.ipynb, or accel-kit report "
               "(writes outputs/report.html)")
 
@@ -193,7 +225,8 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
     run_id = results.new_run_id()
     records = module.run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
                          profile=profile, progress=progress, rerun=bool(rerun))
-    return StudyRun(study, system, run_id, study_dir, records)
+    return StudyRun(study, system, run_id, study_dir, records, profile=profile,
+                    overrides={k: v for k, v in overrides.items() if v is not None}, output_dir=output_dir)
 
 
 def parameter_names(study: str) -> list[str]:
