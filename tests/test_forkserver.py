@@ -184,9 +184,12 @@ def test_server_starts_no_thread_pool_and_no_device(probe_path):
 def test_a_points_own_modules_are_imported_by_the_server_before_its_fork(probe_path, monkeypatch):
     plain = _run(Probe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
     preloading = _run(PreloadingProbe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
-    assert preloading["parent"] == plain["parent"]  # the same server, which has it now
+    later = _run(Probe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
     # not in the server before the point that names it; in its fork (before the point ran any code)
     assert not plain["tabnanny_loaded"] and preloading["tabnanny_loaded"]
+    # a server that preloads it too took the key's place, and serves its later points; the one without it closed
+    assert preloading["parent"] != plain["parent"] and later["parent"] == preloading["parent"]
+    assert later["tabnanny_loaded"] and _gone(plain["parent"])
 
 
 @pytest.mark.slow
