@@ -39,11 +39,14 @@ for a reason the standard machinery does not cover:
   import a notebook kernel's or the CLI's main module in every point) and keeps the server's
   ``sys.path``, which the point's ``PYTHONPATH`` made, as a fresh interpreter's would be.
 
-Measured for this choice (``benchmarks/point_start.py``-style probe, start to the rank's first
-instruction through a warm server, 2-core EPYC under other load, medians of 20): this module
-0.013 s, ``torch.distributed.elastic.multiprocessing.start_processes`` (start_method="forkserver")
-0.24 s, 18x slower; elastic also kills one pid, not the rank's group, keys nothing by environment
-and polls each second for exits; the home-made server this module replaces took 0.011 s.
+Measured for this choice (2-core EPYC shared with other jobs, load average 4-7): a bare target's start
+to its first instruction through a warm server, 20 alternating rounds, medians: this module's Process
+0.040 s, ``torch.distributed.elastic.multiprocessing.start_processes`` (start_method="forkserver",
+multiprocessing's one server preloaded alike) 0.088 s, 2.2x; elastic would also re-run the runner's
+``__main__`` in every rank, kill one pid and not the rank's group, key nothing by environment and poll
+for exits once a second. Through ``run_worker`` (``benchmarks/point_start.py``'s probe, start to first
+step, two runners side by side, 30 alternating rounds): 0.055 s and 0.033 s in two runs, against
+0.048 s and 0.034 s for the home-made fork server that this module replaces (1.14x and 0.98x).
 
 Which points take this path (``forkable``): the points whose ranks all run on this node with no
 launcher of their own (no mpiexec/srun, no vendor ``launch_prefix``, no extra launcher environment):
@@ -64,6 +67,8 @@ Lifetime: a server starts on a runner's first point of its key and lives as long
 (at most ``MAX_SERVERS`` at once, the least recently used closed first). It exits when its "alive"
 pipe closes, which the kernel does when the runner dies, even by SIGKILL; its points die with it.
 A timeout or an interrupt of the runner's wait (a Ctrl-C in a notebook) kills the point's groups.
+(A runner SIGKILLed mid-point leaves its ranks to PR_SET_PDEATHSIG: a helper process a rank started
+is not killed with it, as multiprocessing's server kills no child when it exits.)
 """
 from __future__ import annotations
 
@@ -325,7 +330,7 @@ class ForkServer(mp_forkserver.ForkServer):
             for sentinel in connection.wait(list(running), WAIT_SLICE_S if timed_out else
                                             max(min(left, WAIT_SLICE_S), 0.001)):
                 code = running.pop(sentinel).exitcode
-                if code == 255 and self._ended(): # multiprocessing's code for a server gone before the rank
+                if code == 255 and self._ended():  # multiprocessing's code for a server gone before the rank
                     raise ServerGone("the fork server ended before the point did")
                 codes.append(code)
                 if code:  # as torchrun: one rank failed, the group is done
