@@ -409,9 +409,9 @@ def server_for(env: dict[str, str], preload: Sequence[str] = ()) -> ForkServer:
         known = server.modules if server is not None else PRELOAD
         if server is None or not set(preload) <= set(known):
             modules = tuple(dict.fromkeys((*known, *preload)))
-            if (key, modules) in _failed:
-                raise ServerGone("this environment's fork server did not start earlier")
             try:
+                if (key, modules) in _failed:
+                    raise ServerGone("this environment's fork server did not start earlier")
                 started = ForkServer(env, modules)
             except ServerGone:
                 _failed.add((key, modules))
