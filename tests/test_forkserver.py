@@ -63,6 +63,15 @@ class PreloadingProbe(Probe):
         return ("tabnanny",)  # a small module nothing else here imports
 
 
+class FailingPreloadProbe(Probe):
+    """A probe that names a module whose import raises (not an ImportError): its server cannot start."""
+
+    kind: str = "test_forkserver:FailingPreloadProbe"
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ("raises_at_import",)  # written by the test that uses this probe
+
+
 class GroupProbe(Point):
     """A point of ``world`` gloo ranks: each all-reduces its rank and reports torchrun's variables, or
     (``fail_rank``) exits with status 3 at once while the others wait in the all-reduce for it."""
@@ -184,9 +193,27 @@ def test_server_starts_no_thread_pool_and_no_device(probe_path):
 def test_a_points_own_modules_are_imported_by_the_server_before_its_fork(probe_path, monkeypatch):
     plain = _run(Probe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
     preloading = _run(PreloadingProbe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
-    assert preloading["parent"] == plain["parent"]  # the same server, which has it now
+    later = _run(Probe(system="cpu", precision="fp32"), monkeypatch, fork=True)["metrics"]
     # not in the server before the point that names it; in its fork (before the point ran any code)
     assert not plain["tabnanny_loaded"] and preloading["tabnanny_loaded"]
+    # a server that preloads it too took the key's place, and serves its later points; the one without it closed
+    assert preloading["parent"] != plain["parent"] and later["parent"] == preloading["parent"]
+    assert later["tabnanny_loaded"] and _gone(plain["parent"])
+
+
+@pytest.mark.slow
+def test_a_server_whose_preload_fails_is_not_used_and_its_points_exec(probe_path, monkeypatch, tmp_path):
+    (tmp_path / "raises_at_import.py").write_text('raise RuntimeError("at import")\n')
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    env = dict(os.environ)
+    plain = forkserver.server_for(env)
+    for _ in range(2):  # the second fails at once: no server is started again for each point
+        with pytest.raises(forkserver.ServerGone):
+            forkserver.server_for(env, ("raises_at_import",))
+    assert forkserver.server_for(env) is plain and plain.alive()  # the key's other points keep theirs
+    # through the runner: the point starts in a fresh interpreter (which imports only what it uses)
+    result = sweep.run_worker(FailingPreloadProbe(system="cpu", precision="fp32"), timeout_s=120)
+    assert result["status"] == "ok" and result["env"]["point_start"] == "exec", result
 
 
 @pytest.mark.slow

@@ -150,8 +150,8 @@ class Point(BaseModel):
         return None
 
     def preload_modules(self) -> tuple[str, ...]:
-        """Modules this point imports beyond every point's (the fork server's ``PRELOAD``): the server
-        imports them before its fork, once for every later point that needs them too."""
+        """Modules this point imports beyond every point's (the fork server's ``PRELOAD``): its ranks fork from
+        a server that imported them too, started once, for every later point as well."""
         return ()
 
     def record_params(self) -> dict[str, Any]:

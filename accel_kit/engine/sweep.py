@@ -147,13 +147,12 @@ def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float
     (torchrun's variables, a rendezvous of the runner's); None where no server could run it (exec it then)."""
     limit = int(point.memory_limit_gib * 2**30) if point.memory_limit_gib else None
     try:
-        server = forkserver.server_for(env)
+        server = forkserver.server_for(env, point.preload_modules())
     except forkserver.ServerGone:
         return None
     try:
         with forkserver.local_group(group_ranks, env) if group_ranks else contextlib.nullcontext([env]) as envs:
-            return server.run(argv, envs=envs, output=output, timeout_s=timeout_s, memory_limit_bytes=limit,
-                              preload=point.preload_modules())
+            return server.run(argv, envs=envs, output=output, timeout_s=timeout_s, memory_limit_bytes=limit)
     except forkserver.ServerGone as exc:  # its points die with it (PR_SET_PDEATHSIG): this one failed
         forkserver.discard(server)
         text = output.read_bytes() if output.exists() else b""
