@@ -47,7 +47,8 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
                 traceback: str | None = None) -> dict:
     """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story.
 
-    ``kind``: the point's kind (None: the study's, ``kind_of_study``). ``metrics``: names declared in
+    ``kind``: the point's kind (the sweep runner's ``accel_kit.engine.sweep.record_of`` always gives it;
+    None: as a schema-1 record of ``study`` is read, ``schema1_kind``). ``metrics``: names declared in
     ``accel_kit.metrics`` (tests check that every metric a real record carries is declared).
     """
     if status not in STATUSES:
@@ -60,7 +61,7 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
         "run_id": run_id,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "study": study,
-        "kind": kind or kind_of_study(study),
+        "kind": kind or schema1_kind(study),
         "system": system,
         "device": device,
         "model": model,
@@ -90,9 +91,16 @@ def precision_text(params: dict) -> str:
     return f"{head}. Why: {reason}" if reason else f"{head} (no reason recorded)"
 
 
-def kind_of_study(study: str) -> str:
-    """The point kind of a study's records: the microbenchmark times blocks, every other study trains."""
-    return "block" if study == "microbenchmark" else "train"
+# The point kinds of schema 1's studies (records that predate the ``kind`` field): the microbenchmark timed
+# blocks, every other study of that schema trained. A fact of records already written, not a registry: the
+# sweep runner records every point's kind (``accel_kit.engine.kinds``), so a study or kind added since
+# needs no line here.
+SCHEMA1_BLOCK_STUDIES = ("microbenchmark",)
+
+
+def schema1_kind(study: str) -> str:
+    """The point kind of a record of ``study`` that names none (schema 1)."""
+    return "block" if study in SCHEMA1_BLOCK_STUDIES else "train"
 
 
 # A training record's parallel layout as columns (``accel_kit.engine.layout``), at the training point's
@@ -115,7 +123,7 @@ def upgrade(record: dict) -> dict:
     record before the parallel layouts had no ``tp``, ``pp``, ``cp``, ``dp`` or ``mesh``); others as they are."""
     if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
         record = dict(record)
-        record["kind"] = kind_of_study(record["study"])
+        record["kind"] = schema1_kind(record["study"])
     if record.get("kind") == "train" and isinstance(record.get("params"), dict):
         record = _with_layout(record)
     return record
