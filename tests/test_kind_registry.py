@@ -74,3 +74,33 @@ def test_a_kind_no_module_registers_is_one_line():
         kinds.spec("nope")
     with pytest.raises(ParameterError, match="registers no such kind"):
         kinds.spec("accel_kit.metrics:Metric")
+
+
+def test_a_new_kind_needs_nothing_of_the_adapters():
+    """The adapter's one hook asks a kind's method where the adapter has one, else answers None; a vendor's
+    programming model answers a method only the eager model has (a new kind's), as eager does."""
+    from types import SimpleNamespace
+
+    from accel_kit.devices import BaseAdapter, ProgrammingModel, get_adapter
+
+    class NoGeneration(BaseAdapter):
+        def unsupported_offline_generation(self, point):
+            return "this device does not generate"
+
+    assert BaseAdapter().unsupported("offline_generation", None) is None
+    assert NoGeneration().unsupported("offline_generation", None) == "this device does not generate"
+    assert NoGeneration().unsupported("inference_points:offline_generation", None) is None  # not a method name
+    rdu = get_adapter("sambaflow")
+    assert "PEF" in rdu.unsupported("block", None) and rdu.unsupported("block", None) == rdu.unsupported_block(None)
+
+    eager = SimpleNamespace(make_generate_step=lambda point: ("eager", point))
+
+    class Vendor(ProgrammingModel):
+        def make_block_step(self, point, module, x, grad_out):
+            return "vendor"
+
+    model = Vendor(BaseAdapter(), eager)
+    assert model.make_generate_step("p") == ("eager", "p")
+    assert model.make_block_step(None, None, None, None) == "vendor"
+    with pytest.raises(AttributeError):
+        model.make_nothing  # noqa: B018  (neither has it)
