@@ -13,6 +13,7 @@ skips it, so no half-written record is ever read.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import importlib.metadata
@@ -40,40 +41,66 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One record, typed: what a line of a records file holds (``to_dict``: that line's object, whose shape
+    ``load`` flattens into columns; ``from_dict``: a line read back, of any schema, in the current shape)."""
+
+    study: str
+    kind: str
+    system: str
+    status: str
+    params: dict[str, Any]
+    run_id: str
+    device: str | None = None
+    model: str | None = None
+    reason: str | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)  # names declared in accel_kit.metrics
+    times_s: list[float] = dataclasses.field(default_factory=list)
+    warmup_times_s: list[float] = dataclasses.field(default_factory=list)
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    record_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    timestamp: str = dataclasses.field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.status != "ok" and not self.reason:
+            raise ValueError(f"a record with status {self.status!r} needs a reason")
+
+    def to_dict(self) -> dict:
+        """The record's JSON object, in the order a records file has always written it."""
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Record":
+        return cls(**{k: v for k, v in upgrade(record).items() if k in RECORD_FIELDS})
+
+
+# A record's fields in the order a records file writes them.
+RECORD_FIELDS = ("schema_version", "record_id", "run_id", "timestamp", "study", "kind", "system", "device", "model",
+                 "status", "reason", "params", "metrics", "times_s", "warmup_times_s", "env", "traceback")
+
+
 def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
                 kind: str | None = None, device: str | None = None, model: str | None = None, reason: str | None = None,
                 metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
                 warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
                 traceback: str | None = None) -> dict:
-    """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story.
+    """Build one record (a ``Record``, as its JSON object). ``status`` other than ok needs a ``reason``;
+    ``traceback`` keeps the full story.
 
     ``kind``: the point's kind (the sweep runner's ``accel_kit.engine.sweep.record_of`` always gives it;
     None: as a schema-1 record of ``study`` is read, ``schema1_kind``). ``metrics``: names declared in
     ``accel_kit.metrics`` (tests check that every metric a real record carries is declared).
     """
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-    if status != "ok" and not reason:
-        raise ValueError(f"a record with status {status!r} needs a reason")
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "record_id": uuid.uuid4().hex,
-        "run_id": run_id,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "study": study,
-        "kind": kind or schema1_kind(study),
-        "system": system,
-        "device": device,
-        "model": model,
-        "status": status,
-        "reason": reason,
-        "params": params,
-        "metrics": {k: _finite(v) for k, v in (metrics or {}).items()},
-        "times_s": times_s or [],
-        "warmup_times_s": warmup_times_s or [],
-        "env": env or {},
-        "traceback": traceback,
-    }
+    return Record(study=study, kind=kind or schema1_kind(study), system=system, status=status, params=params,
+                  run_id=run_id, device=device, model=model, reason=reason,
+                  metrics={k: _finite(v) for k, v in (metrics or {}).items()}, times_s=times_s or [],
+                  warmup_times_s=warmup_times_s or [], env=env or {}, traceback=traceback).to_dict()
 
 
 def precision_text(params: dict) -> str:
