@@ -3,9 +3,9 @@
 A record's ``metrics`` (``accel_kit.results``) is a flat mapping, so that ``results.load``
 gives users one column per metric; this table is its schema. Names carry their unit
 (``_s``, ``_gib``, ``_pct``, ``_per_s``, ``_j``, ``_w``, ``tflops``), or are counts, flags and
-texts whose unit is "1", "bool" or "text". Which metrics a point kind produces is in ``kinds``
-("train", "block"; empty: every kind). A device runtime's own figures are declared by its
-adapter's package (``declare``). Tests check that every metric a real record carries
+texts whose unit is "1", "bool" or "text". A point kind's own metrics are declared where the kind
+registers (``accel_kit.engine.kinds.register_kind``'s ``metrics``, through ``declare``), and a device
+runtime's own figures by its adapter's package (``declare``). Tests check that every metric a real record carries
 is declared here, so a reader can rely on a name, and that no reader needs a fallback chain
 between two names for one quantity: a point kind names the metric of its achieved rate
 (``Point.RATE_METRIC``).
@@ -20,37 +20,34 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric of a record: its name (with unit), its unit, what it is, which point kinds produce it."""
+    """One metric of a record: its name (with unit), its unit, what it is."""
 
     name: str
     unit: str
     doc: str
-    kinds: tuple[str, ...] = ()
 
-
-T, B = ("train",), ("block",)
 
 _DECLARED = [
     # --- the model and the work (known before the run)
-    Metric("family", "text", "the model family that ran (gpt2, llama, hf)", T + B),
-    Metric("n_layers", "1", "transformer blocks of the model that ran", T),
-    Metric("n_heads", "1", "attention (query) heads per block", T + B),
-    Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)", T + B),
-    Metric("head_dim", "1", "width of one attention head", T),
-    Metric("hidden_size", "1", "model width", T + B),
-    Metric("ffn_hidden_size", "1", "the MLP's inner width", T + B),
-    Metric("vocab_size_model", "1", "the embedding's rows, padded", T),
-    Metric("tokenizer", "text", "the tokenizer of the point's prepared data (null: synthetic tokens)", T),
-    Metric("n_params", "1", "trainable parameters (a tied embedding once)", T),
+    Metric("family", "text", "the model family that ran (gpt2, llama, hf)"),
+    Metric("n_layers", "1", "transformer blocks of the model that ran"),
+    Metric("n_heads", "1", "attention (query) heads per block"),
+    Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)"),
+    Metric("head_dim", "1", "width of one attention head"),
+    Metric("hidden_size", "1", "model width"),
+    Metric("ffn_hidden_size", "1", "the MLP's inner width"),
+    Metric("vocab_size_model", "1", "the embedding's rows, padded"),
+    Metric("tokenizer", "text", "the tokenizer of the point's prepared data (null: synthetic tokens)"),
+    Metric("n_params", "1", "trainable parameters (a tied embedding once)"),
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
-    Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)", T),
-    Metric("global_batch_size", "samples", "samples per optimizer step over all replicas", T),
-    Metric("dp", "1", "data-parallel degree: model replicas, devices / (tp x pp x cp), named as tp and pp are", T),
-    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp (accel_kit.engine.layout)", T),
-    Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas", T),
+    Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)"),
+    Metric("global_batch_size", "samples", "samples per optimizer step over all replicas"),
+    Metric("dp", "1", "data-parallel degree: model replicas, devices / (tp x pp x cp), named as tp and pp are"),
+    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp (accel_kit.engine.layout)"),
+    Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas"),
     Metric("flops_source", "text", "where the FLOPs come from: analytic (our family's formulas) or counted "
-                                   "(torch's FLOP counter on fake tensors, the hf family)", T),
-    Metric("architecture", "text", "transformers' model class that ran (the hf family)", T),
+                                   "(torch's FLOP counter on fake tensors, the hf family)"),
+    Metric("architecture", "text", "transformers' model class that ran (the hf family)"),
     Metric("mem_estimate_gib", "GiB", "the fit check's estimate of one device's memory"),
     # --- timing (accel_kit.timing.Timing.summary)
     Metric("time_median_s", "s", "median of the timed calls"),
@@ -63,18 +60,18 @@ _DECLARED = [
     Metric("warmup_total_s", "s", "warm-up calls' time (compilation included), kept apart"),
     Metric("time_estimate_s", "s", "a point skipped for its time budget: the estimate that exceeded it"),
     # --- throughput
-    Metric("step_time_s", "s", "one optimizer step (median)", T),
+    Metric("step_time_s", "s", "one optimizer step (median)"),
     Metric("grad_sync_s", "s", "per optimizer step (median of the timed steps), the gradient reductions the engine "
            "issues itself after the backward, outside it: the dp all-reduce under ddp with tp, pp or cp, and a "
            "pipeline's tied-weight sum (exposed communication; DDP's and FSDP's own overlap the backward and are "
-           "not separable)", T),
-    Metric("grad_sync_pct", "%", "grad_sync_s as a share of step_time_s", T),
+           "not separable)"),
+    Metric("grad_sync_pct", "%", "grad_sync_s as a share of step_time_s"),
     Metric("tokens_per_s", "tokens/s", "tokens per second over all devices (block: of one block)"),
-    Metric("tokens_per_s_per_device", "tokens/s", "tokens per second per device", T),
-    Metric("samples_per_s", "samples/s", "samples per second over the median step", T),
-    Metric("samples_per_s_mean", "samples/s", "samples per second over the mean step (GenSLM's measure)", T),
-    Metric("tflops_per_device", "TFLOP/s", "achieved model TFLOP/s per device (the MFU numerator)", T),
-    Metric("tflops", "TFLOP/s", "achieved TFLOP/s of one block on one device (the MFU numerator)", B),
+    Metric("tokens_per_s_per_device", "tokens/s", "tokens per second per device"),
+    Metric("samples_per_s", "samples/s", "samples per second over the median step"),
+    Metric("samples_per_s_mean", "samples/s", "samples per second over the mean step (GenSLM's measure)"),
+    Metric("tflops_per_device", "TFLOP/s", "achieved model TFLOP/s per device (the MFU numerator)"),
+    Metric("tflops", "TFLOP/s", "achieved TFLOP/s of one block on one device (the MFU numerator)"),
     # --- MFU (accel_kit.peaks)
     Metric("peak_tflops_datasheet", "TFLOP/s", "the device's dense datasheet peak for the precision"),
     Metric("datasheet_source", "text", "where the datasheet peak comes from"),
@@ -89,25 +86,25 @@ _DECLARED = [
     Metric("mem_peak_gib", "GiB", "peak device memory of the timed window (a CPU: the process's peak RSS)"),
     # --- the input pipeline (accel_kit.engine.train_measure)
     Metric("loader_tokens_per_s", "tokens/s", "one process's data loader alone, on the same data, no step between "
-                                              "batches (null: too fast to time)", T),
-    Metric("step_input_tokens_per_s", "tokens/s", "tokens per second one process's step consumed", T),
+                                              "batches (null: too fast to time)"),
+    Metric("step_input_tokens_per_s", "tokens/s", "tokens per second one process's step consumed"),
     Metric("input_wait_pct", "%", "step_input_tokens_per_s over loader_tokens_per_s: the share of the step the "
-                                  "loader alone takes", T),
-    Metric("input_bound", "bool", "input_wait_pct at or above 10 %: the step waited on its input", T),
+                                  "loader alone takes"),
+    Metric("input_bound", "bool", "input_wait_pct at or above 10 %: the step waited on its input"),
     # --- training outcome
-    Metric("loss_first", "nats", "loss of the first step (warm-up included)", T),
-    Metric("loss_last", "nats", "loss of the last timed step", T),
-    Metric("losses", "nats", "every step's loss, warm-up first", T),
-    Metric("nonfinite_step", "1", "the step whose loss was NaN or infinite", T),
+    Metric("loss_first", "nats", "loss of the first step (warm-up included)"),
+    Metric("loss_last", "nats", "loss of the last timed step"),
+    Metric("losses", "nats", "every step's loss, warm-up first"),
+    Metric("nonfinite_step", "1", "the step whose loss was NaN or infinite"),
     # --- attention kernel (accel_kit.engine.attention)
-    Metric("attention_kernel_ran", "text", "the SDPA kernel that ran (flash, efficient, cudnn, math)", T),
-    Metric("attention_op", "text", "its aten op", T),
-    Metric("attention_kernel_reason", "text", "why no kernel is named", T),
+    Metric("attention_kernel_ran", "text", "the SDPA kernel that ran (flash, efficient, cudnn, math)"),
+    Metric("attention_op", "text", "its aten op"),
+    Metric("attention_kernel_reason", "text", "why no kernel is named"),
     # --- energy (accel_kit.energy)
     Metric("energy_j", "J", "every device's energy over the timed window"),
     Metric("power_avg_w", "W", "energy over the window's length"),
-    Metric("tokens_per_j", "tokens/J", "tokens trained per joule", T),
-    Metric("flops_per_j", "FLOP/J", "FLOPs computed per joule", B),
+    Metric("tokens_per_j", "tokens/J", "tokens trained per joule"),
+    Metric("flops_per_j", "FLOP/J", "FLOPs computed per joule"),
     Metric("energy_window_s", "s", "the metered window's length"),
     Metric("energy_source", "text", "the counter read"),
     Metric("energy_method", "text", "counter or sampled power"),
@@ -116,36 +113,35 @@ _DECLARED = [
     Metric("energy_reason", "text", "why no energy was measured"),
     # --- the machine's load over the timed window (accel_kit.machine_load)
     Metric("load_others_cpu_pct", "%", "CPU time other processes took over the timed window, as a share of every "
-           "logical CPU's time over it (the point's own ranks and their children not counted)", T + B),
+           "logical CPU's time over it (the point's own ranks and their children not counted)"),
     Metric("load_steal_pct", "%", "steal time over the window (the hypervisor ran other guests on these CPUs), "
-           "as a share of every logical CPU's time (null: the kernel reports no steal)", T + B),
+           "as a share of every logical CPU's time (null: the kernel reports no steal)"),
     Metric("machine_busy", "bool", "others' CPU time and steal took more than a quarter of one logical CPU or a "
-           "tenth of them all, whichever is more, over the window: the point was measured on a busy machine", T + B),
-    Metric("load_avg_1m_before", "1", "the 1-minute load average (runnable tasks) as the window opened", T + B),
-    Metric("load_avg_1m_after", "1", "the 1-minute load average as the window closed", T + B),
-    Metric("load_cpu_count", "1", "logical CPUs of the machine (the base of the load shares)", T + B),
-    Metric("load_window_s", "s", "the span the load figures cover: the timed trials (the energy meter's window)",
-           T + B),
+           "tenth of them all, whichever is more, over the window: the point was measured on a busy machine"),
+    Metric("load_avg_1m_before", "1", "the 1-minute load average (runnable tasks) as the window opened"),
+    Metric("load_avg_1m_after", "1", "the 1-minute load average as the window closed"),
+    Metric("load_cpu_count", "1", "logical CPUs of the machine (the base of the load shares)"),
+    Metric("load_window_s", "s", "the span the load figures cover: the timed trials (the energy meter's window)"),
     Metric("load_reason", "text", "why a load figure is null (e.g. a window too short for the kernel's "
-                                  "10 ms CPU-time ticks)", T + B),
+                                  "10 ms CPU-time ticks)"),
     # --- weight sparsity (accel_kit.sparsity)
-    Metric("sparsity_measured", "1", "fraction of the block linears' weights that are zero", T),
-    Metric("sparsity_layer_min", "1", "least sparse pruned layer", T),
-    Metric("sparsity_layer_max", "1", "most sparse pruned layer", T),
-    Metric("pruned_layers", "1", "linears pruned", T),
-    Metric("nonzero_block_weights", "1", "non-zero weights left in the block linears", T),
-    Metric("sparse_execution", "text", "how the pruned layers ran, and why", T),
-    Metric("sparse_execution_kind", "text", "dense-model, dense-zeros or a sparse kernel kind", T),
-    Metric("sparse_kernel", "text", "the sparse kernel used, if any", T),
-    Metric("sparse_kernel_layers", "1", "layers that ran the sparse kernel", T),
-    Metric("sparse_kernel_timing", "text", "the kernel selection's timings against dense", T),
-    Metric("flops_dense_equivalent", "FLOP", "the step's FLOPs as if dense (the MFU basis)", T),
-    Metric("flops_effective", "FLOP", "the step's FLOPs with the pruned weights' products left out", T),
-    Metric("flops_per_token_effective", "FLOP", "flops_effective per token", T),
-    Metric("tflops_effective_per_device", "TFLOP/s", "effective FLOPs per second per device", T),
-    Metric("mfu_basis", "text", "which FLOPs the MFU counts", T),
-    Metric("finetune_losses", "nats", "losses of the dense fine-tuning steps", T),
-    Metric("finetune_loss_last", "nats", "last dense fine-tuning loss", T),
+    Metric("sparsity_measured", "1", "fraction of the block linears' weights that are zero"),
+    Metric("sparsity_layer_min", "1", "least sparse pruned layer"),
+    Metric("sparsity_layer_max", "1", "most sparse pruned layer"),
+    Metric("pruned_layers", "1", "linears pruned"),
+    Metric("nonzero_block_weights", "1", "non-zero weights left in the block linears"),
+    Metric("sparse_execution", "text", "how the pruned layers ran, and why"),
+    Metric("sparse_execution_kind", "text", "dense-model, dense-zeros or a sparse kernel kind"),
+    Metric("sparse_kernel", "text", "the sparse kernel used, if any"),
+    Metric("sparse_kernel_layers", "1", "layers that ran the sparse kernel"),
+    Metric("sparse_kernel_timing", "text", "the kernel selection's timings against dense"),
+    Metric("flops_dense_equivalent", "FLOP", "the step's FLOPs as if dense (the MFU basis)"),
+    Metric("flops_effective", "FLOP", "the step's FLOPs with the pruned weights' products left out"),
+    Metric("flops_per_token_effective", "FLOP", "flops_effective per token"),
+    Metric("tflops_effective_per_device", "TFLOP/s", "effective FLOPs per second per device"),
+    Metric("mfu_basis", "text", "which FLOPs the MFU counts"),
+    Metric("finetune_losses", "nats", "losses of the dense fine-tuning steps"),
+    Metric("finetune_loss_last", "nats", "last dense fine-tuning loss"),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED}

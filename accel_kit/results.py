@@ -16,6 +16,7 @@ Reading: ``read_source`` reads a folder, a .jsonl file or an archive of them, ea
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import importlib.metadata
@@ -49,39 +50,66 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One record, typed: what a line of a records file holds (``to_dict``: that line's object, whose shape
+    ``load`` flattens into columns; ``from_dict``: a line read back, of any schema, in the current shape)."""
+
+    study: str
+    kind: str
+    system: str
+    status: str
+    params: dict[str, Any]
+    run_id: str
+    device: str | None = None
+    model: str | None = None
+    reason: str | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)  # names declared in accel_kit.metrics
+    times_s: list[float] = dataclasses.field(default_factory=list)
+    warmup_times_s: list[float] = dataclasses.field(default_factory=list)
+    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    record_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    timestamp: str = dataclasses.field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.status != "ok" and not self.reason:
+            raise ValueError(f"a record with status {self.status!r} needs a reason")
+
+    def to_dict(self) -> dict:
+        """The record's JSON object, in the order a records file has always written it."""
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Record":
+        return cls(**{k: v for k, v in upgrade(record).items() if k in RECORD_FIELDS})
+
+
+# A record's fields in the order a records file writes them.
+RECORD_FIELDS = ("schema_version", "record_id", "run_id", "timestamp", "study", "kind", "system", "device", "model",
+                 "status", "reason", "params", "metrics", "times_s", "warmup_times_s", "env", "traceback")
+
+
 def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
                 kind: str | None = None, device: str | None = None, model: str | None = None, reason: str | None = None,
                 metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
                 warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
                 traceback: str | None = None) -> dict:
-    """Build one record. ``status`` other than ok needs a ``reason``; ``traceback`` keeps the full story.
+    """Build one record (a ``Record``, as its JSON object). ``status`` other than ok needs a ``reason``;
+    ``traceback`` keeps the full story.
 
-    ``kind``: the point's kind (None: the study's, ``kind_of_study``). ``metrics``: names declared in
+    ``kind``: the point's kind (the sweep runner's ``accel_kit.engine.sweep.record_of`` always gives it;
+    None: as a schema-1 record of ``study`` is read, ``schema1_kind``). ``metrics``: names declared in
     ``accel_kit.metrics`` (tests check that every metric a real record carries is declared).
     """
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-    if status != "ok" and not reason:
-        raise ValueError(f"a record with status {status!r} needs a reason")
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "record_id": uuid.uuid4().hex,
-        "run_id": run_id,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "study": study,
-        "kind": kind or kind_of_study(study),
-        "system": system,
-        "device": device,
-        "model": model,
-        "status": status,
-        "reason": reason,
-        "params": params,
-        "metrics": {k: _finite(v) for k, v in (metrics or {}).items()},
-        "times_s": times_s or [],
-        "warmup_times_s": warmup_times_s or [],
-        "env": env or {},
-        "traceback": traceback,
-    }
+    return Record(study=study, kind=kind or schema1_kind(study), system=system, status=status, params=params,
+                  run_id=run_id, device=device, model=model, reason=reason,
+                  metrics={k: _finite(v) for k, v in (metrics or {}).items()}, times_s=times_s or [],
+                  warmup_times_s=warmup_times_s or [], env=env or {}, traceback=traceback).to_dict()
 
 
 def precision_text(params: dict) -> str:
@@ -99,9 +127,16 @@ def precision_text(params: dict) -> str:
     return f"{head}. Why: {reason}" if reason else f"{head} (no reason recorded)"
 
 
-def kind_of_study(study: str) -> str:
-    """The point kind of a study's records: the microbenchmark times blocks, every other study trains."""
-    return "block" if study == "microbenchmark" else "train"
+# The point kinds of schema 1's studies (records that predate the ``kind`` field): the microbenchmark timed
+# blocks, every other study of that schema trained. A fact of records already written, not a registry: the
+# sweep runner records every point's kind (``accel_kit.engine.kinds``), so a study or kind added since
+# needs no line here.
+SCHEMA1_BLOCK_STUDIES = ("microbenchmark",)
+
+
+def schema1_kind(study: str) -> str:
+    """The point kind of a record of ``study`` that names none (schema 1)."""
+    return "block" if study in SCHEMA1_BLOCK_STUDIES else "train"
 
 
 # An older record's name of the data-parallel degree (``dp`` in the current schema).
@@ -115,7 +150,7 @@ def upgrade(record: dict) -> dict:
     they are."""
     if record.get("schema_version", 1) < 2 and "kind" not in record and "study" in record:
         record = dict(record)
-        record["kind"] = kind_of_study(record["study"])
+        record["kind"] = schema1_kind(record["study"])
     if record.get("kind") == "train" and isinstance(record.get("params"), dict):
         record = _with_layout(record)
     return record

@@ -6,7 +6,9 @@ import signal
 import time
 from typing import Literal
 
+from accel_kit.engine.kinds import register_kind
 from accel_kit.engine.point import Point
+from accel_kit.engine.result import Result
 
 
 class FaultPoint(Point):
@@ -18,7 +20,7 @@ class FaultPoint(Point):
     def label(self) -> str:
         return self.fault
 
-    def measure(self, ctx) -> dict:
+    def measure(self, ctx) -> Result:
         import torch
 
         if self.fault == "oom":
@@ -31,4 +33,8 @@ class FaultPoint(Point):
             time.sleep(3600)
         if self.fault == "segfault":
             os.kill(os.getpid(), signal.SIGSEGV)
-        return {"status": "ok", "metrics": {"tflops": 1.0}, "times_s": [0.1], "warmup_times_s": []}
+        return Result(status="ok", metrics={"tflops": 1.0}, times_s=[0.1])
+
+
+# A kind of its own, registered where it is defined (a "module:Name" kind: the worker imports this module).
+register_kind("fault_points:FaultPoint", FaultPoint, lambda point, ctx: point.measure(ctx))

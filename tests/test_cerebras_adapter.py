@@ -80,7 +80,7 @@ def test_what_the_programming_model_cannot_run_and_why():
 
 
 def test_matmul_peak_runs_on_the_host_backend_only():
-    from accel_kit.engine.point import load_point
+    from accel_kit.engine.kinds import load_point
 
     point = load_point({"kind": "peak", "system": "cerebras-cpu", "precision": "fp32", "shapes": [(256, 256, 256)]})
     assert get_adapter("cerebras", {"backend": "CPU"}).unsupported_peak(point) is None

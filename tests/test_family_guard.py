@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from accel_kit.engine.point import POINT_CLASSES
+from accel_kit.engine.kinds import point_classes
 from accel_kit.models.family import AttentionShape, ModelShape
 from accel_kit.models.registry import FAMILIES, FILE_FAMILIES
 
@@ -33,7 +33,7 @@ def _config_fields() -> tuple[set[str], set[str]]:
     neutral records or with points: a read of one on something named like a config is a leak)."""
     config = set().union(*(_fields(f.config_type) for f in FAMILIES.values()))
     neutral = _fields(ModelShape) | _fields(AttentionShape)
-    neutral |= set().union(*(set(cls.model_fields) for cls in POINT_CLASSES.values()))
+    neutral |= set().union(*(set(cls.model_fields) for cls in point_classes().values()))
     # (the file-preset families' configs are not in the union: theirs describe a file, path and model_type,
     # names too common to ban; their shape fields are the named families' own)
     return config - neutral, config & neutral

@@ -28,13 +28,14 @@ GAS = ["run", "gas", "--profile", "smoke", "--no-figures", "-q"]  # 4 points
 def fake_worker(monkeypatch):
     """The sweep's worker replaced by an instant one; the list holds a hook called before each point."""
     from accel_kit.engine import sweep
+    from accel_kit.engine.result import Result
 
     before = []
 
     def run_worker(point, **kw):
         for hook in before:
             hook()
-        return {"status": "ok", "metrics": {"tokens_per_s": 10.0}, "times_s": [1.0, 1.1]}
+        return Result(status="ok", metrics={"tokens_per_s": 10.0}, times_s=[1.0, 1.1])
 
     monkeypatch.setattr(sweep, "run_worker", run_worker)
     return before

@@ -139,10 +139,11 @@ def _train_point(**changes):
 
 def test_a_run_that_measured_nothing_says_so_and_rerun_measures_again(tmp_path, monkeypatch):
     from accel_kit.engine import sweep
+    from accel_kit.engine.result import Result
 
     calls = []
     monkeypatch.setattr(sweep, "run_worker", lambda point, **kw: calls.append(point) or
-                        {"status": "ok", "metrics": {"tokens_per_s": 10.0}, "times_s": [1.0, 1.1]})
+                        Result(status="ok", metrics={"tokens_per_s": 10.0}, times_s=[1.0, 1.1]))
     path = tmp_path / "gas" / "cpu.jsonl"
     point = _train_point()
     first = sweep.run_sweep("gas", [point], records_path=path, run_id="r1", extra_params={}, timeout_s=5,

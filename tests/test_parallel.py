@@ -89,7 +89,7 @@ def _ranks(rank, world, points, meets, out):
     results = []
     for point, meet in zip(points, meets):  # one process group per point, as each worker has its own
         os.environ.update(meet)
-        results.append(run_point(point, rank, world, rank))
+        results.append(run_point(point, rank, world, rank).model_dump())
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:

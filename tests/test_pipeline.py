@@ -112,7 +112,7 @@ def _run(point, *args) -> dict:
     _record_grad_norms()
     start = len(_GRAD_NORMS)
     result = run_point(point, *args)
-    return result | {"grad_norms": _GRAD_NORMS[start:]}
+    return result.model_dump() | {"grad_norms": _GRAD_NORMS[start:]}
 
 
 def _groups(rank, jobs, out_dir):

@@ -142,3 +142,15 @@ def test_reading_the_checkouts_commit_writes_nothing_to_it(tmp_path):
     assert state["commit"] and state["dirty"] is False
     after = index.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_record_reads_back_by_field_in_the_shape_it_was_written():
+    rec = results.make_record(study="inference", kind="offline_generation", system="cpu", status="ok",
+                              params={"prompt_len": 4}, run_id="r", metrics={"tflops_per_device": float("nan")})
+    typed = results.Record.from_dict(rec)
+    assert typed.kind == "offline_generation" and typed.metrics == {"tflops_per_device": None}  # NaN: not measured
+    assert typed.to_dict() == rec and list(rec) == list(results.RECORD_FIELDS)
+    old = {k: v for k, v in rec.items() if k != "kind"} | {"schema_version": 1, "study": "microbenchmark"}
+    assert results.Record.from_dict(old).kind == "block"  # schema 1 named no kind: its study's
+    with pytest.raises(ValueError, match="needs a reason"):
+        results.Record(study="s", kind="train", system="cpu", status="error", params={}, run_id="r")

@@ -201,16 +201,16 @@ def test_what_cannot_map_is_unsupported_with_the_reason(system, kind, fragment):
     sysd = load_system(system)
     adapter = get_adapter(sysd.adapter, sysd.options)
     assert fragment in getattr(adapter, f"unsupported_{kind}")(SimpleNamespace())
-    # the worker's way: the engine's table of point kinds asks the kind's own check
-    from accel_kit.engine.kinds import KINDS
+    # the worker's way: the kind's registered check asks the adapter's one hook, which asks the kind's method
+    from accel_kit.engine.kinds import spec
 
-    assert KINDS[kind].unsupported(adapter, SimpleNamespace(kind=kind)) == getattr(adapter, f"unsupported_{kind}")(None)
+    assert spec(kind).unsupported(adapter, SimpleNamespace(kind=kind)) == getattr(adapter, f"unsupported_{kind}")(None)
 
 
 def test_the_block_and_the_peak_run_on_gaudi():
     """Gaudi's block and matmul peak are eager PyTorch on the hpu device: the defaults, nothing unsupported."""
     hpu = get_adapter("habana")
-    assert hpu.unsupported_block(None) is None and hpu.unsupported_peak(None) is None
+    assert hpu.unsupported("block", None) is None and hpu.unsupported("peak", None) is None
 
 
 def test_unsupported_training_points_say_why():

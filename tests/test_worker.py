@@ -6,6 +6,7 @@ import json
 import pytest
 
 from accel_kit.engine import worker
+from accel_kit.engine.result import Result
 
 
 @pytest.mark.parametrize("content, says", [(None, "No such file"), ("{not json", "Expecting"),
@@ -35,7 +36,7 @@ def test_a_full_disk_at_the_result_is_one_line_and_status_2(tmp_path, capsys, mo
 
     point = tmp_path / "point.json"
     point.write_text(json.dumps({"kind": "peak", "system": "cpu", "precision": "fp32"}))
-    monkeypatch.setattr(worker, "run_point", lambda *a: {"status": "ok", "metrics": {}})
+    monkeypatch.setattr(worker, "run_point", lambda *a: Result(status="ok"))
 
     def full(self, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

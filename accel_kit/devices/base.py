@@ -176,15 +176,20 @@ class BaseAdapter:
 
     def programming_model(self, eager: Any) -> Any:
         """What builds and steps a point here: ``eager`` (the engine's eager-PyTorch default, an
-        ``accel_kit.engine.eager.EagerModel``) or a vendor's object with the same four methods
-        (``prepare_model``, ``make_sparsity``, ``make_trainer``, ``make_block_step``), usually a
-        ``ProgrammingModel`` over ``eager``."""
+        ``accel_kit.engine.eager.EagerModel``) or a vendor's ``ProgrammingModel`` over ``eager``, which
+        answers every method of ``eager`` (``prepare_model``, ``make_sparsity``, ``make_trainer``,
+        ``make_block_step``, and any a new kind of work adds there) and overrides those its device does
+        differently."""
         return eager
 
-    def unsupported_train(self, point: Any) -> str | None:
-        """Why the training point ``point`` (its engine, device count, precision...) cannot run on this
-        programming model (recorded as ``unsupported``); None if it can."""
-        return None
+    def unsupported(self, kind: str, point: Any) -> str | None:
+        """Why the point ``point`` of kind ``kind`` cannot run on this programming model (recorded as
+        ``unsupported``); None if it can. It asks the adapter's ``unsupported_<kind>(point)`` where it has
+        one (``unsupported_train``: a training point's engine, device count, precision...;
+        ``unsupported_block``, ``unsupported_peak``), else answers None: a new kind of work needs no
+        method here, and an adapter that cannot run it adds its ``unsupported_<kind>``."""
+        check = getattr(self, f"unsupported_{kind}", None) if kind.isidentifier() else None
+        return check(point) if check is not None else None
 
     def unsupported_context_parallel(self) -> str | None:
         """Why a training point with context parallelism (cp above 1: torch's ``context_parallel``, ring
@@ -194,14 +199,6 @@ class BaseAdapter:
         return (f"context parallelism is not known to run on adapter {self.name!r}: torch's context_parallel "
                 "shards only CUDA's fused SDPA kernels (flash, memory-efficient, cuDNN)")
 
-    def unsupported_block(self, point: Any) -> str | None:
-        """Why the one-block microbenchmark point ``point`` cannot run here; None if it can."""
-        return None
-
-    def unsupported_peak(self, point: Any) -> str | None:
-        """Why the matmul-peak point ``point`` cannot be measured here; None if it can."""
-        return None
-
     def layout(self, devices: int, pp: int = 1) -> Layout:
         """How a training point on ``devices`` devices, asking for ``pp`` pipeline stages, runs: processes,
         data-parallel replicas, steps per call (and the pipeline degree where the device sets it)."""
@@ -210,7 +207,7 @@ class BaseAdapter:
     def engine_layouts(self) -> bool:
         """Whether the engine's parallel layouts and their checks (``accel_kit.engine.layout``: DDP, FSDP2,
         DTensor tensor parallelism, torch's pipelines) apply here. False where the programming model maps a
-        point's layout itself: its ``unsupported_train`` then answers ``tp``, ``pp`` and ``engine``."""
+        point's layout itself: its ``unsupported_train`` (``unsupported("train", point)``) then answers ``tp``, ``pp`` and ``engine``."""
         return True
 
     def attention_kernel(self, point: Any) -> dict[str, Any] | None:
@@ -239,8 +236,10 @@ DeviceAdapter = BaseAdapter
 
 
 class ProgrammingModel:
-    """A vendor's programming model over the engine's eager one: each of the four methods the worker calls
-    does what ``eager`` does unless a subclass overrides it.
+    """A vendor's programming model over the engine's eager one: each method a kind's measurement calls
+    does what ``eager`` does unless a subclass overrides it. The four below are the training and block
+    kinds'; a new kind's method (e.g. an inference kind's ``make_generate_step``) is added to ``eager``
+    only, and every vendor model answers it as eager does until its adapter's package overrides it here.
 
     ``eager`` (an ``accel_kit.engine.eager.EagerModel``) also carries the engine's building blocks a
     vendor trainer reuses (``Trainer``, ``optim_for_point``, ``param_groups``, ``learning_rate``,
@@ -250,6 +249,12 @@ class ProgrammingModel:
 
     def __init__(self, adapter: BaseAdapter, eager: Any):
         self.adapter, self.eager = adapter, eager
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names this class and its subclass lack: a kind's method that the vendor does not override.
+        if name in ("adapter", "eager"):  # (not set yet: unpickling, copying)
+            raise AttributeError(name)
+        return getattr(self.eager, name)
 
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it."""

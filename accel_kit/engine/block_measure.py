@@ -13,7 +13,11 @@ import torch
 
 from accel_kit import flops as F
 from accel_kit.engine.eager import programming_model
-from accel_kit.engine.measurement import GiB, KindMeasurement, Window
+from accel_kit.engine import measurement
+from accel_kit.engine.kinds import register_kind
+from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
+from accel_kit.engine.point import BlockPoint
+from accel_kit.engine.result import Result
 from accel_kit.models import family_of, get_config
 from accel_kit.models.memory import estimate_block_memory
 from accel_kit.precision import dtype_of
@@ -33,7 +37,7 @@ class BlockMeasurement(KindMeasurement):
 
     work = "flops"
 
-    def __init__(self, point: Any, ctx: Any):
+    def __init__(self, point: BlockPoint, ctx: Context):
         super().__init__(point, ctx, tf32=point.tf32)  # the block's fp32 is true fp32 unless asked
         self.dtype = dtype_of(point.precision)
         self.family = family_of(point.preset)
@@ -48,7 +52,7 @@ class BlockMeasurement(KindMeasurement):
         self.base = {"flops": self.flops} | {k: shape[k] for k in BLOCK_SHAPE_FIELDS}
         self.out["model"] = f"{self.shape.family}-block-h{self.shape.hidden_size}"
 
-    def fit(self) -> dict | None:
+    def fit(self) -> Result | None:
         p = self.point
         need = estimate_block_memory(self.cfg, p.batch_size, p.seq_len, self.dtype.itemsize,
                                      backward=p.direction == "forward_backward")
@@ -83,3 +87,10 @@ class BlockMeasurement(KindMeasurement):
 
     def summary(self, metrics: dict) -> str:
         return f"{metrics['tflops']:.3f} TFLOP/s"
+
+
+def measure_block(point: BlockPoint, ctx: Context) -> Result:
+    return measurement.run(BlockMeasurement(point, ctx))
+
+
+register_kind("block", BlockPoint, measure_block)

@@ -5,13 +5,14 @@ adapter says what the device is (its dtype support, its collective, its DDP wrap
 fused optimizer, its sparse kernels), and this module turns that into a placed and cast
 model, a pruned model, a trainer and a microbenchmark step. A vendor whose programming model
 differs (PopTorch's compiled pipeline, cstorch's traced step, Habana's lazy mode, SambaFlow)
-replaces any of the four through one hook, ``adapter.programming_model(eager)``, which gets
+replaces any of its methods through one hook, ``adapter.programming_model(eager)``, which gets
 this default (and through it the engine's building blocks) and returns the object the worker
 calls. So ``accel_kit.devices`` never imports the engine.
 
-The worker calls, in order and on one instance per point: ``prepare_model``, ``make_sparsity``,
-``make_trainer`` (so a vendor's model may hand state from one to the next); a microbenchmark
-point calls ``make_block_step``.
+A training point's measurement calls, in order and on one instance per point: ``prepare_model``,
+``make_sparsity``, ``make_trainer`` (so a vendor's model may hand state from one to the next); a
+microbenchmark point calls ``make_block_step``. A new kind adds its own method here; a vendor's
+``ProgrammingModel`` answers it as this one does until it overrides it.
 """
 from __future__ import annotations
 

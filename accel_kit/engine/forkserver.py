@@ -110,10 +110,10 @@ PRELOAD = ("torch", "torch.distributed",
            "accel_kit.sparsity", "accel_kit.precision", "accel_kit.atomic", "accel_kit.engine.attention",
            "accel_kit.engine.step", "accel_kit.engine.eager",
            # the engine's measurement path where it has these modules (a missing one is skipped)
-           "accel_kit.engine.kinds", "accel_kit.engine.measurement", "accel_kit.engine.train_measure",
-           "accel_kit.engine.block_measure")
-# Not here: what only some points import (transformers' layers, seconds): such a point names them
-# (``Point.preload_modules``) and gets a server that imported them too (``server_for``).
+           "accel_kit.engine.kinds", "accel_kit.engine.result", "accel_kit.engine.measurement")
+# Not here: each kind's own module (``accel_kit.engine.kinds.KIND_MODULES``) and what only some points import
+# (transformers' layers, seconds): the kind's registration names them (``KindSpec.preload_for``) and the
+# server imports them before forking its first point of the kind, once per server.
 WAIT_SLICE_S = 0.2  # the longest a runner waits on its point's ranks before checking for signals
 _PR_SET_PDEATHSIG = 1
 #: What the child's ``spawn.prepare`` is not given: the runner's main module (re-run in every child) and

@@ -1,54 +1,121 @@
-"""Point kinds and their measurements: the one table that maps a point's kind to how it is measured.
+"""The registry of point kinds: each kind's point type, measurement, check, metrics and preload, in one place.
 
-Points (``accel_kit.engine.point``) are data; this table gives each kind its measurement (a
-``KindMeasurement`` run through the shared path of ``accel_kit.engine.measurement``, or a
-function of its own where the path does not apply) and the adapter's check of whether the
-device's programming model can run it at all. So no adapter switches on a kind's name: each
-answers ``unsupported_train``, ``unsupported_block`` and ``unsupported_peak`` (and, for a training point's
-layout, what ``accel_kit.engine.layout.unsupported_on_device`` asks it).
+A kind registers itself in its own module with one call, ``register_kind``: its point type (a
+``Point`` subclass, ``accel_kit.engine.point``), its measurement (usually a ``KindMeasurement``
+run through ``accel_kit.engine.measurement.run``), the adapter's answer on whether the device can
+run it, the metrics it adds to the record schema (``accel_kit.metrics``) and the modules the fork
+server should import before forking its points. The worker, the sweep runner and the fork server
+ask this registry and name no kind.
+
+Where a kind's module is found: the built-in kinds' modules are the one line ``KIND_MODULES``; a
+kind named ``"module:Name"`` (a kind defined outside accel_kit, e.g. the runner's tests' fault-
+injecting points) is registered by importing ``module``. So adding a kind is its module and one
+line in ``KIND_MODULES`` (or none, for a ``module:Name`` kind); ``docs/engine.md`` says how.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
-from accel_kit.engine import measurement
-from accel_kit.engine.block_measure import BlockMeasurement
-from accel_kit.engine.layout import unsupported_on_device
-from accel_kit.engine.measurement import Context
-from accel_kit.engine.train_measure import TrainMeasurement
+from accel_kit.engine.point import Point
+from accel_kit.engine.result import Result
+from accel_kit.errors import ParameterError
+from accel_kit.metrics import Metric, declare
 
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
+    from accel_kit.engine.measurement import Context
 
-def measure_peak(point: Any, ctx: Context) -> dict:
-    """A matmul peak: many products, each timed by ``accel_kit.timing`` (its own path: no FLOPs of one
-    workload, no MFU, no energy window), the best rate kept."""
-    from accel_kit.peaks import measure_matmul_peak
+P = TypeVar("P", bound=Point)
 
-    return {"status": "ok", "peak": measure_matmul_peak(ctx.adapter, point.precision,
-                                                        shapes=tuple(map(tuple, point.shapes))).to_dict()}
-
-
-@dataclass(frozen=True)
-class Kind:
-    """How points of one kind are measured, and which adapter check says whether they can run."""
-
-    measure: Callable[[Any, Context], dict]
-    unsupported: Callable[[Any, Any], str | None]  # (adapter, point) -> why not, or None
-
-
-KINDS: dict[str, Kind] = {
-    "train": Kind(lambda point, ctx: measurement.run(TrainMeasurement(point, ctx)),
-                  lambda adapter, point: adapter.unsupported_train(point) or unsupported_on_device(point, adapter)),
-    "block": Kind(lambda point, ctx: measurement.run(BlockMeasurement(point, ctx)),
-                  lambda adapter, point: adapter.unsupported_block(point)),
-    "peak": Kind(measure_peak, lambda adapter, point: adapter.unsupported_peak(point)),
+# The built-in kinds: name -> the module that registers it (imported when a point of the kind is first met).
+KIND_MODULES: dict[str, str] = {
+    "train": "accel_kit.engine.train_measure",
+    "block": "accel_kit.engine.block_measure",
+    "peak": "accel_kit.engine.peak_measure",
 }
 
 
-def kind_of(point: Any) -> Kind:
-    """The point's kind; a point kind defined elsewhere (a "module:Class" kind, e.g. the runner's fault-injecting
-    test points) brings its own ``measure(ctx)`` and runs anywhere."""
-    known = KINDS.get(point.kind)
-    if known is not None:
-        return known
-    return Kind(lambda p, ctx: p.measure(ctx), lambda adapter, p: None)
+def adapter_check(adapter: "BaseAdapter", point: Point) -> str | None:
+    """The adapter's answer for any kind: its ``unsupported(kind, point)`` (``accel_kit.devices.base``)."""
+    return adapter.unsupported(point.kind, point)
+
+
+@dataclass(frozen=True)
+class KindSpec(Generic[P]):
+    """One point kind: how its points are typed, measured and checked, and what they add."""
+
+    name: str
+    point_cls: type[P]
+    measure: Callable[[P, "Context"], Result]
+    # (adapter, point) -> why the device's programming model cannot run it, or None
+    unsupported: Callable[["BaseAdapter", P], str | None] = adapter_check
+    metrics: tuple[Metric, ...] = ()  # the kind's own metrics, beyond those accel_kit.metrics declares
+    preload: tuple[str, ...] = ()  # modules every point of the kind imports (the fork server's, before forking)
+
+    def preload_for(self, point: P) -> tuple[str, ...]:
+        """What the fork server imports before forking ``point``: the kind's module, its preload, the point's own."""
+        return (KIND_MODULES.get(self.name, self.name.partition(":")[0]), *self.preload, *point.preload_modules())
+
+
+_KINDS: dict[str, KindSpec[Any]] = {}
+
+
+def register_kind(name: str, point_cls: type[P], measure: Callable[[P, "Context"], Result], *,
+                  unsupported: Callable[["BaseAdapter", P], str | None] = adapter_check,
+                  metrics: tuple[Metric, ...] = (), preload: tuple[str, ...] = ()) -> KindSpec[P]:
+    """Register a point kind (called once, by the kind's own module); its metrics join the record schema."""
+    if name in _KINDS and _KINDS[name].point_cls is not point_cls:
+        raise ValueError(f"point kind {name!r} registered twice, by {_KINDS[name].point_cls} and {point_cls}")
+    if point_cls.model_fields["kind"].default != name:
+        raise ValueError(f"{point_cls.__name__}.kind defaults to {point_cls.model_fields['kind'].default!r}, "
+                         f"not its registered name {name!r}")
+    declare(*metrics)
+    spec = KindSpec(name, point_cls, measure, unsupported, tuple(metrics), tuple(preload))
+    _KINDS[name] = spec
+    return spec
+
+
+def spec(name: str) -> KindSpec[Any]:
+    """The kind ``name``: registered already, or by importing its module (``KIND_MODULES``, or the module of
+    a ``module:Name`` kind). Raises ParameterError for a kind no module registers."""
+    if name not in _KINDS:
+        module = KIND_MODULES.get(name) or (name.partition(":")[0] if ":" in name else None)
+        if module is None:
+            raise ParameterError(f"unknown point kind {name!r}; known: {', '.join(KIND_MODULES)} "
+                                 "(or a 'module:Name' kind whose module registers it)")
+        loaded = importlib.import_module(module)
+        if name not in _KINDS:
+            _register_self_measuring(name, getattr(loaded, name.partition(":")[2], None))
+    return _KINDS[name]
+
+
+def _register_self_measuring(name: str, cls: Any) -> None:
+    """A ``module:Class`` kind whose module registers nothing, but whose point class measures itself
+    (``measure(ctx)``, returning a ``Result`` or its fields): registered as such, runnable anywhere."""
+    if not (isinstance(cls, type) and issubclass(cls, Point) and callable(getattr(cls, "measure", None))):
+        raise ParameterError(f"point kind {name!r}: its module registers no such kind, and names no Point "
+                             "class with a measure(ctx) of its own")
+
+    def measure(point: Any, ctx: "Context") -> Result:
+        out = point.measure(ctx)
+        return out if isinstance(out, Result) else Result.model_validate(out)
+
+    register_kind(name, cls, measure, unsupported=lambda adapter, point: None)
+
+
+def kind_of(point: Point) -> KindSpec[Any]:
+    return spec(point.kind)
+
+
+def point_classes() -> dict[str, type[Point]]:
+    """Every built-in kind's point type (and any registered since), by kind name."""
+    for name in KIND_MODULES:
+        spec(name)
+    return {name: s.point_cls for name, s in _KINDS.items()}
+
+
+def load_point(fields: dict[str, Any]) -> Point:
+    """The point of its ``kind`` from its fields (a worker's point file)."""
+    return spec(fields["kind"]).point_cls.model_validate(fields)

@@ -25,14 +25,19 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from accel_kit import energy, machine_load, peaks
+from accel_kit.engine.result import Result, Status
 from accel_kit.engine.step import NonFiniteLoss, NotMeasured
 from accel_kit.timing import OverBudget, Timing, measure
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
+    from accel_kit.engine.point import Point
 
 GiB = 2**30
 
@@ -41,7 +46,7 @@ GiB = 2**30
 class Context:
     """What every measurement in a worker process shares: one adapter, its device, the ranks."""
 
-    adapter: Any
+    adapter: BaseAdapter
     device: torch.device
     rank: int = 0
     world: int = 1
@@ -64,12 +69,12 @@ class KindMeasurement:
     """The parts of one point kind's measurement that differ; ``run`` calls them in this order.
 
     ``base`` holds the metrics known before the run (shape, FLOPs); ``out`` the result's other
-    fields (env, model). Each step may return a finished result (a dict with a status) to stop.
+    fields (env, model). Each step may return a finished ``Result`` (a status other than ok) to stop.
     """
 
     work: str | None = None  # what the energy figure counts ("tokens", "flops")
 
-    def __init__(self, point: Any, ctx: Context, *, tf32: bool = False):
+    def __init__(self, point: Point, ctx: Context, *, tf32: bool = False):
         from accel_kit import results
 
         self.point, self.ctx, self.tf32 = point, ctx, tf32
@@ -83,7 +88,7 @@ class KindMeasurement:
     def device_model(self) -> str | None:
         return (self.out["env"].get("device") or {}).get("model")
 
-    def fit(self) -> dict | None:
+    def fit(self) -> Result | None:
         """Before anything is allocated: a result when the point cannot fit the device; None if it may."""
         return None
 
@@ -91,7 +96,7 @@ class KindMeasurement:
         """Everything the point will compute (warm-up and extra iterations included), for the time budget."""
         return None
 
-    def setup(self) -> Window | dict:
+    def setup(self) -> Window | Result:
         """Build the model and the iteration; or a result when the point turns out not to run."""
         raise NotImplementedError
 
@@ -105,19 +110,19 @@ class KindMeasurement:
     def summary(self, metrics: dict) -> str:
         return "ok"
 
-    def result(self, status: str, reason: str | None = None, **metrics: Any) -> dict:
+    def result(self, status: Status, reason: str | None = None, **metrics: Any) -> Result:
         """A result of this point with a status other than a measurement (does not fit, skipped...)."""
-        return self.out | {"status": status, "reason": reason, "metrics": self.base | metrics}
+        return Result(**self.out, status=status, reason=reason, metrics=self.base | metrics)
 
 
-def run(m: KindMeasurement) -> dict:
-    """Measure one point through the shared path; returns {status, reason?, metrics, times_s, warmup_times_s, env}."""
+def run(m: KindMeasurement) -> Result:
+    """Measure one point through the shared path; its result (status, metrics, times, env)."""
     point, ctx = m.point, m.ctx
     early = m.fit() or _over_budget(m)
     if early is not None:
         return early
     window = m.setup()
-    if isinstance(window, dict):
+    if isinstance(window, Result):
         return window
     # opened now: its setup (a library, a handle) is not timed; the machine's load is sampled over its window
     meter = machine_load.LoadMeter(ctx.adapter.energy_meter(ctx.local_rank))
@@ -139,7 +144,7 @@ def run(m: KindMeasurement) -> dict:
     return _finish(m, timing, mem, meter)
 
 
-def _finish(m: KindMeasurement, timing: Timing, mem: int | None, meter: machine_load.LoadMeter) -> dict:
+def _finish(m: KindMeasurement, timing: Timing, mem: int | None, meter: machine_load.LoadMeter) -> Result:
     point, ctx = m.point, m.ctx
     where = ctx.adapter.collective_device(ctx.device)
     window_energy = reduce_energy(timing.energy, where, ctx.world, ctx.local_rank)
@@ -158,18 +163,18 @@ def _finish(m: KindMeasurement, timing: Timing, mem: int | None, meter: machine_
     try:  # every device's energy over the timed window, against the work it did
         metrics |= energy.energy_fields(window_energy, work=m.work, amount=work_amount)
     except energy.ImplausibleEnergy as exc:
-        return m.out | timed | {"status": "error", "reason": f"implausible energy reading: {exc}",
-                                "metrics": metrics | energy.null_fields(str(exc), m.work)}
-    return m.out | timed | {"status": "ok", "metrics": metrics, "summary": m.summary(metrics)}
+        return Result(**m.out, **timed, status="error", reason=f"implausible energy reading: {exc}",
+                      metrics=metrics | energy.null_fields(str(exc), m.work))
+    return Result(**m.out, **timed, status="ok", metrics=metrics, summary=m.summary(metrics))
 
 
-def _over_budget(m: KindMeasurement) -> dict | None:
+def _over_budget(m: KindMeasurement) -> Result | None:
     flops = m.total_flops()
     why = None if flops is None else over_budget_before_start(m.point, m.ctx.adapter, flops)
     return m.result("skipped", why) if why else None
 
 
-def over_budget_before_start(point: Any, adapter: Any, flops: float) -> str | None:
+def over_budget_before_start(point: Point, adapter: BaseAdapter, flops: float) -> str | None:
     """Why the point cannot meet its time budget even at the device's best matmul rate; None if it may.
 
     ``flops``: everything the point will compute. The rate is the run's measured peak, else the

@@ -1,7 +1,7 @@
 """Points: plain typed data, one class per kind (a training step, one block, a matmul peak).
 
-A point is what one measurement *is*; how it is measured lives elsewhere
-(``accel_kit.engine.kinds`` maps a kind to its measurement), so this module imports no
+A point is what one measurement *is*; how it is measured lives elsewhere (each kind registers
+its point type with its measurement in ``accel_kit.engine.kinds``), so this module imports no
 measurement code and names no upper layer.
 
 Training: every field that determines one is declared once, in ``TrainSpec``. A study's
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -98,6 +98,15 @@ NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason",
               "processes", "replicas", "steps_per_call"}
 
 
+class Frontier(NamedTuple):
+    """Where a point stands on a memory frontier: its configuration without the length (``key``), the
+    length's name (``axis``, as a record's reason says it) and its value."""
+
+    key: str
+    axis: str
+    length: int
+
+
 class Point(BaseModel):
     """What the sweep runner needs of any point kind (a training step, one block, ...)."""
 
@@ -145,8 +154,9 @@ class Point(BaseModel):
                 fields["preset_digest"] = digest
         return _hash(fields)
 
-    def frontier_key(self) -> str | None:
-        """Points sharing this key skip longer sequences once one fails for memory; None: no frontier."""
+    def frontier(self) -> Frontier | None:
+        """Points sharing its key skip greater lengths once one fails for memory (the sweep's memory frontier,
+        ``accel_kit.engine.sweep``); None: the point is on no frontier."""
         return None
 
     def preload_modules(self) -> tuple[str, ...]:
@@ -217,13 +227,16 @@ class TrainPoint(Point, TrainSpec):
 
         return family_of(self.preset).preload_modules(self.preset)  # an hf: model's transformers modules
 
-    def frontier_key(self) -> str | None:
+    def frontier_key(self) -> str:
         """The configuration without its length: once it fails for memory, longer lengths are skipped.
 
         The data is left out too, because it may depend on the length (GenSLM's padded rows
         are prepared once per block size).
         """
         return _hash(key_fields(self.model_dump(exclude=NOT_IN_KEY | {"seq_len", "data"})))
+
+    def frontier(self) -> Frontier:
+        return Frontier(self.frontier_key(), "seq_len", self.seq_len)
 
 
 def _hash(fields: dict[str, Any]) -> str:
@@ -270,22 +283,3 @@ class PeakPoint(Point):
 
     kind: Literal["peak"] = "peak"
     shapes: list[tuple[int, int, int]] = []
-
-
-# Point kinds by name; a worker's point file names its kind.
-POINT_CLASSES: dict[str, type[Point]] = {"train": TrainPoint, "block": BlockPoint, "peak": PeakPoint}
-
-
-def load_point(fields: dict[str, Any]) -> Point:
-    """The point of its ``kind`` from its fields (a worker's point file).
-
-    A kind is a name in ``POINT_CLASSES`` or a "module:Class" path (a point kind defined elsewhere,
-    e.g. the fault-injecting points of the runner's tests, which bring their own ``measure``).
-    """
-    kind = fields["kind"]
-    if kind in POINT_CLASSES:
-        return POINT_CLASSES[kind].model_validate(fields)
-    import importlib
-
-    module, cls = kind.split(":")
-    return getattr(importlib.import_module(module), cls).model_validate(fields)

@@ -8,8 +8,8 @@ Every study (the microbenchmark's block points and the training studies' steps) 
 - Resume: a point already recorded with identical parameters and a final status (ok, oom,
   unsupported) is skipped; ``error`` and ``skipped`` points are tried again. The key holds
   no absolute path, so a moved ``outputs/`` resumes too.
-- OOM frontier: once a configuration runs out of memory (or cannot fit) at some sequence
-  length, its longer sequences are recorded as ``skipped`` with that reason, not attempted.
+- OOM frontier: once a configuration runs out of memory (or cannot fit) at some length (a
+  training point's sequence: ``Point.frontier``), its longer ones are recorded as ``skipped`` with that reason, not attempted.
 - The measured peak: measured before the sweep in a child process, and again whenever a
   point runs faster than it (the reference was unlucky); the better one is kept and used.
 - Durability: only this process appends records (``results.append_record``), so a SIGKILL
@@ -18,22 +18,23 @@ Every study (the microbenchmark's block points and the training studies' steps) 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
 from accel_kit import energy, peaks, results
 from accel_kit.atomic import output_errors
 import accel_kit.engine.forkserver as forkserver
+from accel_kit.engine import kinds
 from accel_kit.engine.launch import worker_command
 from accel_kit.engine.point import Point
+from accel_kit.engine.result import Result, failed, is_oom_text
 
 FINAL_STATUSES = ("ok", "oom", "unsupported")
 #: How the worker starts the reason of a point estimated not to fit (``accel_kit.engine.worker``).
@@ -73,7 +74,7 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 
 
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
-               cpu_threads: int | None = None) -> dict:
+               cpu_threads: int | None = None) -> Result:
     """Run one point in a process (group) of its own; returns the worker's result or a failure result.
 
     A point whose ranks all run here (one, or a local group that torchrun would start) starts as forks of
@@ -85,13 +86,12 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
     # process for a Cerebras point or an IPU pipeline, two per SN30 RDU.
     ranks, nodes, group = point.ranks, point.nodes, point.needs_group
     if nodes > max_nodes:
-        return {"status": "unsupported", "metrics": {},
-                "reason": f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "
-                          "(write a job script with `accel-kit jobscript`)"}
+        return failed("unsupported", f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "
+                                     "(write a job script with `accel-kit jobscript`)")
     try:
         cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group)
     except ValueError as exc:
-        return {"status": "unsupported", "reason": str(exc), "metrics": {}}
+        return failed("unsupported", str(exc))
     adapter = _adapter_of(point.system)
     prefix = adapter.launch_prefix(point, launcher)  # a vendor's own process launcher
     fork = forkserver.enabled() and forkserver.forkable(launcher, nodes, prefix, extra_env)
@@ -112,16 +112,15 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         if finished is None:
             finished = _exec(prefix + cmd + argv, env, point, timeout_s)
         if finished.returncode is None:
-            result = {"status": "error", "reason": f"timeout: no result after {timeout_s:.0f} s", "metrics": {},
-                      "traceback": _tail(finished.output, 40)}
+            result = failed("error", f"timeout: no result after {timeout_s:.0f} s", traceback=_tail(finished.output, 40))
         elif out_file.exists():
-            result = json.loads(out_file.read_text())
+            result = Result.from_json(out_file.read_text())
         else:
             text = " | ".join(_tail(finished.output, 3).splitlines()) or "no output"
-            oom = "can't allocate memory" in text or "out of memory" in text.lower() or finished.returncode == -9
-            result = {"status": "oom" if oom else "error", "traceback": _tail(finished.output, 60),
-                      "reason": f"worker exited with status {finished.returncode}: {text[-300:]}", "metrics": {}}
-    result["env"] = (result.get("env") or results.environment()) | {"point_start": start}
+            oom = is_oom_text(text) or finished.returncode == -9  # (SIGKILL: the kernel's OOM killer, most often)
+            result = failed("oom" if oom else "error", f"worker exited with status {finished.returncode}: {text[-300:]}",
+                            traceback=_tail(finished.output, 60))
+    result.env = (result.env or results.environment()) | {"point_start": start}
     return result
 
 
@@ -147,7 +146,9 @@ def _forked(argv: list[str], env: dict[str, str], point: Point, timeout_s: float
     (torchrun's variables, a rendezvous of the runner's); None where no server could run it (exec it then)."""
     limit = int(point.memory_limit_gib * 2**30) if point.memory_limit_gib else None
     try:
-        server = forkserver.server_for(env, point.preload_modules())
+        # Every built-in kind's module as well as this point's: a study that mixes kinds (a peak, then its blocks
+        # or training steps) forks them all from one server instead of replacing it at its first point of a kind.
+        server = forkserver.server_for(env, (*kinds.KIND_MODULES.values(), *kinds.kind_of(point).preload_for(point)))
     except forkserver.ServerGone:
         return None
     try:
@@ -189,7 +190,7 @@ class PeakReference:
 
         result = run_worker(PeakPoint(system=self.system, precision=precision, shapes=list(self.shapes)),
                             timeout_s=self.timeout_s)
-        return peaks.MeasuredPeak(**result["peak"]) if result.get("status") == "ok" else None
+        return peaks.MeasuredPeak(**result.payload) if result.status == "ok" and result.payload else None
 
     def get(self, precision: str) -> peaks.MeasuredPeak | None:
         if self.enabled and precision not in self.best:
@@ -204,24 +205,17 @@ class PeakReference:
         return self.best[precision]
 
 
-def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: str, extra_params: dict,
+def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
               cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False) -> list[dict]:
-    """Run (or resume) ``points`` in order; returns one record per point (earlier runs' for resumed points).
+    """Run (or resume) ``points`` (of any kind) in order; returns one record per point (earlier runs' for resumed
+    points).
 
     ``rerun``: measure every point again, whatever was recorded; the new records are appended beside
     the old ones, so a point measured in several runs shows their spread (``accel_kit.noise``).
     """
     done = recorded(records_path) if not rerun else {}
-    frontier: dict[str, tuple[int, str]] = {}  # configuration -> (shortest seq that failed for memory, why)
-    for rec in done.values():
-        if is_memory_failure(rec["status"], rec.get("reason")):
-            fields = {k: v for k, v in rec["params"].items() if k in type(points[0]).model_fields} if points else {}
-            fields["system"] = rec["system"]
-            try:
-                _update_frontier(frontier, type(points[0]).model_validate(fields), rec["status"])
-            except ValueError:  # a record of another point kind or schema: no frontier from it
-                pass
+    frontier = _recorded_frontier(done.values())
     records = []
     bar = tqdm(points, desc=f"{study} on {points[0].system if points else '?'}", unit=" point", disable=not progress)
     for point in bar:
@@ -231,36 +225,56 @@ def run_sweep(study: str, points: list[Point], *, records_path: Path, run_id: st
         if key in done:  # recorded by an earlier run with identical parameters
             records.append(done[key])
             continue
-        fkey = point.frontier_key()
-        limit = frontier.get(fkey) if fkey else None
+        on = point.frontier()
+        limit = frontier.get(on.key) if on else None
         reference = peak.get(point.precision) if peak else None
-        if limit and getattr(point, "seq_len", 0) > limit[0]:
-            result = {"status": "skipped", "metrics": {},
-                      "reason": f"beyond the memory frontier: {limit[1]} at seq_len {limit[0]}"}
+        if on and limit and on.length > limit[0]:
+            result = failed("skipped", f"beyond the memory frontier: {limit[1]} at {on.axis} {limit[0]}")
         else:
             point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
             result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
                                 cpu_threads=cpu_threads)
-            if peak and result.get("metrics", {}).get("mfu_measured_unreliable"):
+            if peak and result.metrics.get("mfu_measured_unreliable"):
                 _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
-        record = results.make_record(
-            study=study, kind=point.kind, system=point.system, status=result["status"], reason=result.get("reason"),
-            device=result.get("env", {}).get("device", {}).get("model"), model=result.get("model"), run_id=run_id,
-            params=extra_params | point.record_params() | {"point_key": key},
-            # every record carries the energy fields: a point that measured none says why
-            metrics=energy.fill_missing(result.get("metrics", {}), point.ENERGY_WORK, result["status"],
-                                        result.get("reason")), times_s=result.get("times_s"),
-            warmup_times_s=result.get("warmup_times_s"),
-            env=(result.get("env") or results.environment()) | {"system": _system_provenance(point.system)},
-            traceback=result.get("traceback"))
+        record = record_of(study, point, result, run_id=run_id, params=extra_params | {"point_key": key})
         # The folder is made for the first record; one removed during the sweep is an error naming it.
         results.append_record(records_path, record, make_folder=not records)
         records.append(record)
-        if is_memory_failure(result["status"], result.get("reason")):
-            _update_frontier(frontier, point, result["status"])
-        if result["status"] == "ok":
-            bar.set_postfix_str(f"{label}: {result.get('summary', 'ok')}")
+        if is_memory_failure(result.status, result.reason):
+            _update_frontier(frontier, point, result.status)
+        if result.status == "ok":
+            bar.set_postfix_str(f"{label}: {result.summary or 'ok'}")
     return records
+
+
+def record_of(study: str, point: Point, result: Result, *, run_id: str, params: dict) -> dict:
+    """The record of ``point``'s ``result`` (``accel_kit.results.make_record``): the one place a record is built.
+    ``params``: the study's own settings beside the point's fields."""
+    return results.make_record(
+        study=study, kind=point.kind, system=point.system, status=result.status, reason=result.reason,
+        device=result.env.get("device", {}).get("model"), model=result.model, run_id=run_id,
+        params=params | point.record_params(),
+        # every record carries the energy fields: a point that measured none says why
+        metrics=energy.fill_missing(result.metrics, point.ENERGY_WORK, result.status, result.reason),
+        times_s=result.times_s, warmup_times_s=result.warmup_times_s,
+        env=(result.env or results.environment()) | {"system": _system_provenance(point.system)},
+        traceback=result.traceback)
+
+
+def _recorded_frontier(done) -> dict[str, tuple[int, str]]:
+    """The memory frontier the recorded points already drew: configuration -> (the least length that failed
+    for memory, why), from each record's point (its kind's point type, from its params)."""
+    frontier: dict[str, tuple[int, str]] = {}
+    for rec in done:
+        if not is_memory_failure(rec["status"], rec.get("reason")):
+            continue
+        try:
+            cls = kinds.spec(rec.get("kind") or "").point_cls
+            fields = {k: v for k, v in rec["params"].items() if k in cls.model_fields}
+            _update_frontier(frontier, cls.model_validate(fields | {"system": rec["system"]}), rec["status"])
+        except (ValueError, ImportError):  # a record of a kind or schema no longer known: no frontier from it
+            pass
+    return frontier
 
 
 def _system_provenance(system_id: str) -> dict:
@@ -277,9 +291,9 @@ def _system_provenance(system_id: str) -> dict:
             "devices_per_node": system.devices_per_node}
 
 
-def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None, rate_metric: str | None) -> None:
+def _refresh_peak(result: Result, best: peaks.MeasuredPeak | None, rate_metric: str | None) -> None:
     """Recompute a point's measured MFU against a re-measured (better) peak."""
-    metrics = result["metrics"]
+    metrics = result.metrics
     achieved = metrics.get(rate_metric) if rate_metric else None
     if best is None or achieved is None:
         return
@@ -288,11 +302,10 @@ def _refresh_peak(result: dict, best: peaks.MeasuredPeak | None, rate_metric: st
     metrics |= peaks.mfu_measured(achieved, best) | {"peak_remeasured": True}
 
 
-def _update_frontier(frontier: dict, point: Point, status: str) -> None:
-    fkey = point.frontier_key()
-    if fkey is None:
+def _update_frontier(frontier: dict[str, tuple[int, str]], point: Point, status: str) -> None:
+    on = point.frontier()
+    if on is None:
         return
     why = "out of memory" if status == "oom" else "does not fit"
-    seq_len = getattr(point, "seq_len")
-    if fkey not in frontier or seq_len < frontier[fkey][0]:
-        frontier[fkey] = (seq_len, why)
+    if on.key not in frontier or on.length < frontier[on.key][0]:
+        frontier[on.key] = (on.length, why)

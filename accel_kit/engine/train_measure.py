@@ -8,14 +8,17 @@ losses and the sparsity figures.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from accel_kit import flops as F
+from accel_kit.devices.base import BaseAdapter
 from accel_kit.data import tokenizer_of
 from accel_kit.engine.attention import AttentionKernelUnavailable, attention_context, probe_attention_kernel
 from accel_kit.engine.eager import point_batches, programming_model
-from accel_kit.engine.layout import data_rank, mesh_text
-from accel_kit.engine.measurement import GiB, KindMeasurement, Window
+from accel_kit.engine import measurement
+from accel_kit.engine.kinds import register_kind
+from accel_kit.engine.layout import data_rank, mesh_text, unsupported_on_device
+from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
+from accel_kit.engine.point import TrainPoint
+from accel_kit.engine.result import Result
 from accel_kit.models import (Layout, build_model, count_params, estimate_training_memory, family_of, fits,
                               get_config)
 from accel_kit.precision import dtype_of, spec
@@ -37,7 +40,7 @@ class TrainMeasurement(KindMeasurement):
 
     work = "tokens"
 
-    def __init__(self, point: Any, ctx: Any):
+    def __init__(self, point: TrainPoint, ctx: Context):
         super().__init__(point, ctx)  # training's fp32 is true fp32 (its datasheet peak is the fp32 one)
         dtype = dtype_of(point.precision)
         self.family = family_of(point.preset)
@@ -81,7 +84,7 @@ class TrainMeasurement(KindMeasurement):
                                         activation_checkpointing=p.activation_checkpointing,
                                         layout=Layout.of(p), flash_attention=flash)
 
-    def _not_fit(self, est) -> dict | None:
+    def _not_fit(self, est) -> Result | None:
         if fits(est, self.device_bytes):
             return None
         p = self.point
@@ -89,7 +92,7 @@ class TrainMeasurement(KindMeasurement):
                                           f"{self.base['mesh']} ({p.engine}), device has "
                                           f"{self.device_bytes / GiB:.1f} GiB", mem_estimate_gib=est.total_bytes / GiB)
 
-    def fit(self) -> dict | None:
+    def fit(self) -> Result | None:
         # Before anything is allocated (the attention probe allocates the point's shape): the
         # estimate with fused attention is the least the point needs.
         return self._not_fit(self._estimate(flash=True))
@@ -100,7 +103,7 @@ class TrainMeasurement(KindMeasurement):
 
     # --- setup
 
-    def _attention(self) -> dict | None:
+    def _attention(self) -> Result | None:
         """Which attention kernel runs (recorded); a forced kernel the device lacks makes the point unsupported.
         A device whose graph compiler lowers attention itself says so instead of a probe of torch's dispatch."""
         p, attention = self.point, self.shape.attention
@@ -116,7 +119,7 @@ class TrainMeasurement(KindMeasurement):
         self.base["mem_estimate_gib"] = full.total_bytes / GiB
         return self._not_fit(full)
 
-    def setup(self) -> Window | dict:
+    def setup(self) -> Window | Result:
         import torch
 
         p, ctx = self.point, self.ctx
@@ -218,3 +221,15 @@ class TrainMeasurement(KindMeasurement):
 
     def summary(self, metrics: dict) -> str:
         return f"{metrics['tokens_per_s']:.0f} tok/s"
+
+
+def measure_train(point: TrainPoint, ctx: Context) -> Result:
+    return measurement.run(TrainMeasurement(point, ctx))
+
+
+def unsupported_train(adapter: BaseAdapter, point: TrainPoint) -> str | None:
+    """The programming model's answer, then whether the device can take the point's parallel layout."""
+    return adapter.unsupported("train", point) or unsupported_on_device(point, adapter)
+
+
+register_kind("train", TrainPoint, measure_train, unsupported=unsupported_train)

@@ -5,8 +5,8 @@
 The sweep runner starts one worker (or one group of ranks for several devices) per point, so
 an out-of-memory, a crash or a hang costs that point only. The point file names its kind (a
 training step, a block of the microbenchmark, a matmul peak; ``accel_kit.engine.point``); the
-kind's measurement comes from ``accel_kit.engine.kinds``, run with one adapter for the whole
-process (``accel_kit.engine.measurement.Context``). Rank 0 writes the result JSON atomically
+kind's check and measurement come from its registration (``accel_kit.engine.kinds``), run with one adapter for the whole
+process (``accel_kit.engine.measurement.Context``). Rank 0 writes the ``Result`` (``accel_kit.engine.result``) as JSON atomically
 and the sweep runner turns it into a record. Outcomes that are the point's own (OOM, a
 non-finite loss, a model that cannot fit, a time budget that cannot be met) are written as
 statuses, not raised; anything unexpected keeps its traceback.
@@ -20,27 +20,24 @@ import sys
 import traceback
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
-
-def _is_oom(exc: BaseException) -> bool:
-    text = str(exc)
-    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
+from accel_kit.engine.point import Point
+from accel_kit.engine.result import Result, failed, is_oom
 
 
-def run_point(point, rank: int, world: int, local_rank: int) -> dict:
+def run_point(point: Point, rank: int, world: int, local_rank: int) -> Result:
     """The point's result in this process: one adapter, its device, the kind's check and measurement."""
     from accel_kit.engine.kinds import kind_of
     from accel_kit.engine.measurement import Context
     from accel_kit.systems import load_system
 
-    kind = kind_of(point)
     try:
+        kind = kind_of(point)
         adapter = load_system(point.system).adapter_instance()
         why = kind.unsupported(adapter, point)
         if why:
-            return {"status": "unsupported", "reason": why, "metrics": {}}
+            return failed("unsupported", why)
         # The device is chosen before the process group binds to it.
         ctx = Context(adapter, adapter.prepare(local_rank), rank, world, local_rank)
         if point.needs_group:
@@ -48,14 +45,14 @@ def run_point(point, rank: int, world: int, local_rank: int) -> dict:
         return kind.measure(point, ctx)
     except Exception as exc:  # the point's failure is its result; the traceback goes into the record
         text = str(exc).strip().splitlines()
-        return {"status": "oom" if _is_oom(exc) else "error", "metrics": {},
-                "reason": f"{type(exc).__name__}: {text[0] if text else ''}", "traceback": traceback.format_exc()}
+        return failed("oom" if is_oom(exc) else "error", f"{type(exc).__name__}: {text[0] if text else ''}",
+                      traceback=traceback.format_exc())
 
 
 def main(argv: list[str] | None = None) -> int:
     from accel_kit.atomic import write_json_atomic
+    from accel_kit.engine.kinds import load_point
     from accel_kit.engine.launch import distributed_env
-    from accel_kit.engine.point import load_point
 
     from accel_kit.errors import AccelKitError
     from accel_kit.paths import writable_file
@@ -77,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run_point(point, rank, world, local_rank)
     if rank == 0:
         try:
-            write_json_atomic(args.out, result, what="result file")
+            write_json_atomic(args.out, result.model_dump(), what="result file")
         except AccelKitError as exc:  # a full disk: the one line, which the sweep records as the point's reason
             print(f"accel_kit.engine.worker: error: {exc}", file=sys.stderr)
             return 2

@@ -1,10 +1,15 @@
-"""Studies: each is a module with ``Params``, ``run(params, system, ...)`` and ``figures(df)``.
+"""Studies: each is a module with ``Params``, its points, ``table(df)``, ``figures(df)`` (and ``findings(df)``).
 
-``run_study`` is the single entry point behind both the notebooks and the CLI, so the two
-always produce the same records.
+A study declares its points (``points(params, system) -> Sequence[Point]``, of any registered kind,
+``accel_kit.engine.kinds``) and the generic runner (``run_declared``) runs them through the sweep
+runner; a study whose running differs (the training studies' data and measured peak) has a
+``run(params, system, ...)`` of its own instead. ``run_study`` is the single entry point behind both
+the notebooks and the CLI, so the two always produce the same records. Adding a study is its module,
+its params/<study>/ profiles and one line in ``STUDIES`` (or ``register_study``: ``docs/engine.md``).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shlex
@@ -31,6 +36,13 @@ STUDIES: dict[str, str] = {
     "sparsity": "accel_kit.studies.sparsity",
     "genslm": "accel_kit.studies.genslm",
 }
+
+
+def register_study(name: str, module: str) -> None:
+    """Add study ``name``, whose module is ``module`` (a study defined outside accel_kit, e.g. a test's)."""
+    if STUDIES.get(name, module) != module:
+        raise ValueError(f"study {name!r} registered twice: {STUDIES[name]} and {module}")
+    STUDIES[name] = module
 
 
 def study_module(name: str) -> ModuleType:
@@ -223,10 +235,26 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
     # traceback after the sweep (the notebook's failed cell shows the same line).
     study_dir = writable_dir(_output_dir(output_dir) / study, f"output folder ({output_dir_origin(output_dir)})")
     run_id = results.new_run_id()
-    records = module.run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
-                         profile=profile, progress=progress, rerun=bool(rerun))
+    run = getattr(module, "run", None) or functools.partial(run_declared, study, module)
+    records = run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
+                  profile=profile, progress=progress, rerun=bool(rerun))
     return StudyRun(study, system, run_id, study_dir, records, profile=profile,
                     overrides={k: v for k, v in overrides.items() if v is not None}, output_dir=output_dir)
+
+
+def run_declared(study: str, module: ModuleType, params: Any, system: Any, *, records_path: Path, run_id: str,
+                 profile: str | None = None, progress: bool = True, rerun: bool = False) -> list[dict]:
+    """The generic runner: the study's declared points (``module.points(params, system)``, of any kind), each in
+    its own process (``accel_kit.engine.sweep.run_sweep``); one record each. The records' params are each
+    point's fields, beside the study's parameters that no point holds (``params.timeout_s``: each point's
+    limit, default 600 s)."""
+    from accel_kit.engine.sweep import run_sweep
+
+    points = list(module.points(params, system))
+    in_points = set().union(*(type(p).model_fields for p in points)) if points else set()
+    extra = params.model_dump(exclude=in_points) | {"profile": profile}
+    return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
+                     timeout_s=getattr(params, "timeout_s", 600), progress=progress, rerun=rerun)
 
 
 def parameter_names(study: str) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import pandas as pd
 
@@ -26,7 +26,7 @@ from accel_kit.models import check_preset
 from accel_kit.params import StudyParams
 from accel_kit.systems import System
 from accel_kit.engine.layout import check_layout
-from accel_kit.engine.point import TrainPoint, TrainSpec
+from accel_kit.engine.point import Point, TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
 
 
@@ -153,7 +153,7 @@ def _model_vocab_size(preset: str, vocab_size_override: int | None) -> int:
     return family_of(cfg).shape(cfg).vocab_size
 
 
-def check_data_vocab(points: list[TrainPoint]) -> None:
+def check_data_vocab(points: Sequence[TrainPoint]) -> None:
     """Refuse, before any work, a point whose data holds token ids its model cannot embed.
 
     Raises:
@@ -177,7 +177,7 @@ def check_data_vocab(points: list[TrainPoint]) -> None:
                                  f"{model:,} of {of}; use a preset with at least {tokens:,} (or -p vocab_size {tokens})")
 
 
-def peak_shapes(points: list[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
+def peak_shapes(points: Sequence[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
     """The block GEMM shapes of the points' models (their own products), for the measured peak."""
     from accel_kit.models import family_of, get_config
 
@@ -188,24 +188,28 @@ def peak_shapes(points: list[TrainPoint]) -> tuple[tuple[int, int, int], ...]:
     return tuple(shapes)
 
 
-def run_points(study: str, params: TrainingParams, system: System, points: list[TrainPoint], *, records_path: Path,
+def run_points(study: str, params: TrainingParams, system: System, points: Sequence[Point], *, records_path: Path,
                run_id: str, profile: str | None, progress: bool, rerun: bool = False) -> list[dict]:
-    """Resolve data, then run (or resume) the sweep with a measured peak reference."""
+    """Resolve the training points' data, then run (or resume) the sweep of ``points`` (of any kind: a study
+    may measure other kinds beside its training steps) with a measured peak reference."""
     params.check(system)
-    check_data_vocab(points)
+    train = [p for p in points if isinstance(p, TrainPoint)]
+    check_data_vocab(train)
     adapter = system.adapter_instance()  # fail early, in one line, when the device is missing
     # Per point, each distinct value once: a study may give its points different prepared folders
     # (GenSLM prepares the genomes once per block size).
     data_root = records_path.parent.parent / "data"
-    paths = {d: resolve_data(d, data_root, progress=progress) for d in dict.fromkeys(p.data for p in points
+    paths = {d: resolve_data(d, data_root, progress=progress) for d in dict.fromkeys(p.data for p in train
                                                                                          if p.data_path is None)}
-    points = [p if p.data_path is not None else p.model_copy(update={"data_path": paths[p.data]}) for p in points]
-    peak = PeakReference(system.id, peak_shapes(points), enabled=params.measure_peak)
+    points = [p.model_copy(update={"data_path": paths[p.data]}) if isinstance(p, TrainPoint) and p.data_path is None
+              else p for p in points]
+    peak = PeakReference(system.id, peak_shapes([p for p in points if isinstance(p, TrainPoint)]),
+                         enabled=params.measure_peak)
     extra = params.model_dump(exclude=set(TrainSpec.model_fields)) | {
         "profile": profile, "precision_requested": requested_precision(params, system)}
     return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, launcher=params.launcher, max_nodes=params.max_nodes,
-                     progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in points), default=1)),
+                     progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in train), default=1)),
                      peak=peak, rerun=rerun)
 
 

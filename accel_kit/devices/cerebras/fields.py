@@ -6,22 +6,21 @@ from __future__ import annotations
 
 from accel_kit.metrics import Metric, declare
 
-T = ("train",)
 
 CEREBRAS_METRICS = (
-    Metric("cstorch_backend", "text", "cerebras-pytorch backend (CPU, CSX)", T),
-    Metric("cerebras_pytorch_version", "text", "the cerebras-pytorch release", T),
-    Metric("torch_version", "text", "the torch the vendor runtime ran on", T),
-    Metric("cstorch_mixed_precision", "bool", "cstorch's mixed precision on", T),
-    Metric("cstorch_half_dtype", "text", "cstorch's half dtype", T),
-    Metric("optimizer", "text", "the vendor runtime's optimizer", T),
-    Metric("gas_in", "text", "where gradient accumulation ran (the host or the compiled step)", T),
-    Metric("samples_per_s_cstorch", "samples/s", "cstorch's rate tracker", T),
-    Metric("samples_per_s_same_window", "samples/s", "our clock over cstorch's counted steps", T),
-    Metric("samples_per_s_cstorch_smoothed", "samples/s", "cstorch's smoothed rate", T),
-    Metric("cstorch_total_samples", "samples", "samples cstorch's rate tracker counted", T),
-    Metric("cstorch_elapsed_s", "s", "cstorch's rate tracker's clock", T),
-    Metric("cstorch_flops_utilization_pct", "%", "cstorch's own FLOPs utilisation figure", T),
+    Metric("cstorch_backend", "text", "cerebras-pytorch backend (CPU, CSX)"),
+    Metric("cerebras_pytorch_version", "text", "the cerebras-pytorch release"),
+    Metric("torch_version", "text", "the torch the vendor runtime ran on"),
+    Metric("cstorch_mixed_precision", "bool", "cstorch's mixed precision on"),
+    Metric("cstorch_half_dtype", "text", "cstorch's half dtype"),
+    Metric("optimizer", "text", "the vendor runtime's optimizer"),
+    Metric("gas_in", "text", "where gradient accumulation ran (the host or the compiled step)"),
+    Metric("samples_per_s_cstorch", "samples/s", "cstorch's rate tracker"),
+    Metric("samples_per_s_same_window", "samples/s", "our clock over cstorch's counted steps"),
+    Metric("samples_per_s_cstorch_smoothed", "samples/s", "cstorch's smoothed rate"),
+    Metric("cstorch_total_samples", "samples", "samples cstorch's rate tracker counted"),
+    Metric("cstorch_elapsed_s", "s", "cstorch's rate tracker's clock"),
+    Metric("cstorch_flops_utilization_pct", "%", "cstorch's own FLOPs utilisation figure"),
 )
 
 declare(*CEREBRAS_METRICS)
