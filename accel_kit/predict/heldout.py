@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from accel_kit import results
 from accel_kit.errors import AccelKitError
 from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import host_threads, shape_of_record, usable
@@ -45,8 +46,8 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
         predictor = Predictor(system, records, link_root=link_root, probe=probe)
         points: dict[tuple, list[dict]] = {}
         for rec in predictor.train:
-            # The sweep's key identifies a point within its study (two studies can run the same shape).
-            points.setdefault((rec.get("study"), rec["params"].get("point_key") or rec["record_id"]), []).append(rec)
+            # A point is its key (results.point_key_of) within its study (two studies can run the same shape).
+            points.setdefault((rec.get("study"), results.point_key_of(rec)), []).append(rec)
         for runs in points.values():
             runs.sort(key=lambda r: r.get("timestamp") or "", reverse=True)  # the latest first
             rec = runs[0]

@@ -87,12 +87,14 @@ MFU_DATASHEET: Quantity = ("MFU, datasheet peak", metric("mfu_pct", R.fmt_pct, "
 MFU_MEASURED: Quantity = ("MFU, measured peak", metric("mfu_measured_pct", R.fmt_pct, "mfu_measured_reason"))
 
 
-def base_record(t: pd.DataFrame, row: pd.Series, group: list[str], axis: str) -> list[str]:
-    """The record of the smallest ``axis`` value with status ok in ``row``'s group (the base of a ratio)."""
-    same = t[(t["status"] == "ok")]
-    for k in group:
-        if k in t.columns:
-            same = same[same[k] == row[k]]
+def base_record(t: pd.DataFrame, row: pd.Series, axis: str) -> list[str]:
+    """The record of the smallest ``axis`` value with status ok in ``row``'s configuration (every key field
+    but ``axis``: ``identity.config_key``): the base of a ratio."""
+    from accel_kit.studies import identity
+
+    configs = identity.config_key(t, axis)
+    mine = identity.config_key(t.loc[[row.name]], axis).iloc[0] if row.name in t.index else None
+    same = t[(t["status"] == "ok") & (configs == mine)] if mine is not None else t.iloc[0:0]
     if same.empty:
         return []
     return [same.sort_values(axis).iloc[0]["record_id"]]

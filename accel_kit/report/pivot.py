@@ -13,6 +13,7 @@ import pandas as pd
 
 import accel_kit.report.render as R
 from accel_kit.report.cells import Quantity
+from accel_kit.results import LAYOUT_DEFAULTS
 from accel_kit.report.context import Context
 from accel_kit.report.render import Table
 
@@ -53,9 +54,14 @@ def _columns(ctx: Context, t: pd.DataFrame, split_precision: bool) -> tuple[list
 
 
 def _row_keys(t: pd.DataFrame, base: list[str], extra: list[str]) -> list[str]:
-    """``base``, plus each ``extra`` key that tells apart two rows that would share a cell."""
+    """``base``, plus each ``extra`` key, then each key field of the points (``identity.key_fields``), that
+    tells apart two rows that would share a cell: two presets or sequence lengths are two rows, never one."""
+    from accel_kit.studies import identity
+
     keys = [k for k in base if k in t.columns]
-    for k in extra:
+    fields = [f for f in identity.key_fields(t) if f not in ("system", "precision")] if not t.empty else []
+    layout = set(LAYOUT_DEFAULTS) if "layout" in keys else set()
+    for k in list(extra) + [f for f in fields if f not in extra and f not in layout]:
         if k in t.columns and k not in keys and not t.empty:
             if t.groupby(keys + ["_col"], dropna=False)[k].nunique(dropna=False).gt(1).any():
                 keys.append(k)

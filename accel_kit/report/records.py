@@ -3,13 +3,12 @@
 Several machines' ``outputs/`` folders (or ``.tar.gz``/``.zip`` archives of them) are read
 as they are: archive members are read in memory, never extracted. A record copied into two
 folders is one record (same ``record_id``). By default each system's latest record of each
-point (``params.point_key``, the sweep's identity of a point) is kept, so a re-run replaces
+point (``results.point_key_of``, the one identity of a point) is kept, so a re-run replaces
 what it re-measured and keeps the rest; ``by_run`` keeps every run instead, each run of a
 system as a column of its own.
 """
 from __future__ import annotations
 
-import json
 import tarfile
 import zipfile
 from dataclasses import dataclass, field
@@ -107,15 +106,6 @@ def _is_record(obj) -> bool:
     return isinstance(obj, dict) and all(obj.get(k) for k in _REQUIRED)
 
 
-def _point_identity(rec: dict) -> str:
-    params = rec.get("params") or {}
-    key = params.get("point_key")
-    if key:
-        return key
-    # Records without the sweep's key: the parameters themselves are the point.
-    return json.dumps(params, sort_keys=True, default=str)
-
-
 def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = None,
             by_run: bool = False) -> RecordSet:
     """Read, merge and select the records of ``sources``.
@@ -166,7 +156,7 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
     else:
         latest: dict[tuple, dict] = {}
         for rec in chosen:
-            latest[(rec["study"], rec["system"], _point_identity(rec))] = rec
+            latest[(rec["study"], rec["system"], results.point_key_of(rec))] = rec
         superseded = len(chosen) - len(latest)
         kept = sorted(latest.values(), key=lambda r: r["_order"])
     records = [{k: v for k, v in rec.items() if k != "_order"} for rec in kept]

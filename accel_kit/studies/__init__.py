@@ -78,8 +78,7 @@ class StudyRun:
 
         module = study_module(self.study)
         every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
-        return tables.readable(self.table(), every, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", [])),
-                               getattr(module, "SHOWN", None))
+        return tables.readable(self.table(), every, getattr(module, "SHOWN", None))
 
     def findings(self) -> list[str]:
         """The study's findings over every system's latest records under ``study_dir`` (a difference is
