@@ -22,8 +22,10 @@ SPREAD_NOTE = f"<p>Each throughput's {esc(noise.SPREAD_DOC)}.</p>"
 def text_frame(table: Table) -> pd.DataFrame:
     """The table's text as a reader sees it (row names, each cell's text and its citation marks, a
     status cell's reason as shown): what ``accel_kit.tables.width_px`` estimates a width from."""
+    notes = table.notes()
+
     def text(c: R.Cell) -> str:
-        shown = c.text + (f" {R.short(c.reason)}" if not c.measured and not c.compact else "")
+        shown = c.text + (f" note {notes.get(c.reason, 'a')}" if not c.measured and not c.compact else "")
         shown += " [" + ", ".join(["999"] * len(c.records)) + "]" if c.records else ""
         # The page's style wraps a reason at 26em (td.why, 0.9em type) and a text value at 40em (td.v.txt):
         # about 47 and 80 characters of 8 px; a number never wraps.

@@ -35,7 +35,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     (every key field but GAS: the same preset, sequence length, layout and micro-batch)."""
     if df.empty:
         return df
-    df = results.latest(with_layout(df))
+    df = results.latest(identity.with_point_key(with_layout(df)))
     keys = identity.with_varying(KEYS, df)
     df = df.sort_values([k for k in keys if k in df.columns]).copy()
     config = identity.config_key(df, "gas")
@@ -62,7 +62,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    ok = noise.with_spread(with_layout(df))  # the latest record per point, with its trials' and runs' spread
+    ok = noise.with_spread(identity.with_point_key(with_layout(df)))  # the latest record per point, with its trials' and runs' spread
     ok = ok[ok["status"] == "ok"]
     if ok.empty:
         return {}
@@ -90,7 +90,7 @@ def findings(df: pd.DataFrame) -> list[dict]:
 
     Each finding is ``{"text", "record_ids"}`` (the notebook prints the text; the report cites the records).
     """
-    t = noise.with_spread(with_layout(df)) if not df.empty else df
+    t = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df
     if t.empty or "tokens_per_s" not in t.columns:
         return []
     t = t[(t["status"] == "ok") & t["tokens_per_s"].notna()]

@@ -162,7 +162,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
 def _ordered(df: pd.DataFrame) -> pd.DataFrame:
     """Latest record per point, by model size (preset table order) then length."""
     order = {name: i for i, name in enumerate(PRESETS)}
-    df = results.latest(df)
+    df = results.latest(identity.with_point_key(df))
     return df.assign(_order=df["preset"].map(order)).sort_values(["system", "_order", "seq_len"]).drop(columns="_order")
 
 
@@ -234,7 +234,7 @@ def figures(df: pd.DataFrame) -> dict:
     if df.empty:
         return {}
     latest = _ordered(df)
-    spread = noise.with_spread(df).set_index("record_id")
+    spread = noise.with_spread(identity.with_point_key(df)).set_index("record_id")
     latest = latest.join(spread[[c for c in spread.columns if c.endswith(("_lo", "_hi", "_spread"))]], on="record_id")
     ok = latest[latest["status"] == "ok"]
     if ok.empty:

@@ -10,6 +10,8 @@ among its rows (``varying``): two presets in one folder are two rows, two lines.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any, Iterable
 
@@ -27,7 +29,7 @@ def key_fields(df: pd.DataFrame) -> list[str]:
     """The key's fields that ``df``'s records carry, the system first, then each kind's in declaration order."""
     kinds = [k for k in (df["kind"].dropna().unique() if "kind" in df.columns else []) if k in POINT_CLASSES]
     fields = ["system"]
-    for kind in kinds or ["train"]:
+    for kind in kinds or list(POINT_CLASSES):  # (a frame without kinds: any kind's fields it carries)
         fields += [f for f in POINT_CLASSES[kind].model_fields if f not in NOT_IN_KEY and f not in _NOT_SHOWN]
     return [f for f in dict.fromkeys(fields) if f in df.columns]
 
@@ -81,3 +83,16 @@ def with_varying(columns: list[str], df: pd.DataFrame) -> list[str]:
     extra = [f for f in varying(df) if f not in columns]
     lead = max([columns.index(c) + 1 for c in ("system", "preset", "precision") if c in columns], default=0)
     return columns[:lead] + extra + columns[lead:]
+
+
+def with_point_key(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its ``point_key`` filled where a row has none: a frame from ``results.load`` has every one;
+    a frame built by hand in ``load``'s flat columns gets, per row, a hash of its key fields' values, so that
+    its points stay apart (and a row repeated at a later time is the same point)."""
+    if df.empty or ("point_key" in df.columns and df["point_key"].notna().all()):
+        return df
+    fields = key_fields(df)
+    made = [hashlib.sha256(json.dumps([_norm(f, row.get(f)) for f in fields], default=str).encode()).hexdigest()[:16]
+            for _, row in df.iterrows()]
+    have = df["point_key"] if "point_key" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    return df.assign(point_key=[k if isinstance(k, str) and k else m for k, m in zip(have, made)])

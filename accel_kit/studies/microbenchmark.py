@@ -108,7 +108,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point (its latest record): status, TFLOPS, MFU both ways, memory, spread."""
     if df.empty:
         return df
-    df = results.latest(df)
+    df = results.latest(identity.with_point_key(df))
     keys = [k for k in identity.with_varying(TABLE_KEYS, df) if k in df.columns]
     cols = keys + ["status", "tflops", *energy.table_columns(df, "flops"), "mfu_pct", "mfu_measured_pct",
                    "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason", "record_id"]
@@ -122,7 +122,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty or "tflops" not in df.columns:
         return {}
-    ok = noise.with_spread(df)  # latest per point, with its spread
+    ok = noise.with_spread(identity.with_point_key(df))  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"].copy()
     # One colour per configuration: a second preset or sequence length is a group of its own.
     group = ["system", "impl"] + [f for f in identity.varying(ok) if f not in

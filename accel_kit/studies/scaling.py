@@ -42,7 +42,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table II: throughput, speedup and scaling efficiency per system and device count."""
     if df.empty:
         return df
-    df = results.latest(with_layout(df))
+    df = results.latest(identity.with_point_key(with_layout(df)))
     keys = identity.with_varying(KEYS, df)
     df = df.sort_values(keys).assign(_config=lambda d: identity.config_key(d, AXIS))
     energy_cols = energy.table_columns(df)
@@ -70,7 +70,7 @@ def figures(df: pd.DataFrame) -> dict:
     """Figure 5: tokens/s against device count, log-log, one line per system, model and layout."""
     from accel_kit import plots
 
-    ok = noise.with_spread(with_layout(df)) if not df.empty else df  # latest per point, with its spread
+    ok = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"] if not ok.empty else ok
     if ok.empty:
         return {}

@@ -39,7 +39,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table III: one row per length, with what did not fit and why."""
     if df.empty:
         return df
-    df = results.latest(with_layout(df))
+    df = results.latest(identity.with_point_key(with_layout(df)))
     keys = identity.with_varying(KEYS, df)
     df = df.sort_values(keys)
     cols = keys + ["layout", "status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
@@ -55,7 +55,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    latest = noise.with_spread(with_layout(df))  # latest per point, with its spread
+    latest = noise.with_spread(identity.with_point_key(with_layout(df)))  # latest per point, with its spread
     ok = latest[latest["status"] == "ok"]
     group = ["system", "preset", "layout", "devices"]
     group += [f for f in identity.varying(ok) if f not in group + ["seq_len", *LAYOUT_FIELDS]]

@@ -142,7 +142,7 @@ def _filled(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _latest(df: pd.DataFrame) -> pd.DataFrame:
-    return results.latest(_filled(df))
+    return results.latest(identity.with_point_key(_filled(df)))
 
 
 def gap_band(losses, dense, gap: float) -> tuple[float, float]:
@@ -198,7 +198,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """
     if df.empty:
         return df
-    df = noise.with_spread(_filled(df), ["tokens_per_s", "tokens_per_j"])  # latest per point, its spread
+    df = noise.with_spread(identity.with_point_key(_filled(df)), ["tokens_per_s", "tokens_per_j"])  # latest per point, its spread
     df = df.sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
     df["_loss_curve_run"] = loss_curve_rows(df)
     # A sparse point's dense baseline: the same configuration, every key field but the sparsity's.
