@@ -78,7 +78,7 @@ class Context:
         if name not in self._spreads:
             from accel_kit import noise
 
-            df = self.study(name)
+            df = self.records.study_runs(name)  # every run: a point's spread widens to their range
             if not df.empty:
                 df = noise.with_spread(df)
             self._spreads[name] = df.set_index("record_id") if not df.empty else df

@@ -215,7 +215,8 @@ def gas_gain(ctx: Context) -> list[str]:
     (the notebook prints the same findings: ``accel_kit.studies.gas.findings``)."""
     from accel_kit.studies import gas
 
-    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.study("gas"))]
+    # Over every run of each point (its latest cited): its samples are all its trials, as in the notebook.
+    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.records.study_runs("gas"))]
 
 
 def energy(ctx: Context) -> list[str]:

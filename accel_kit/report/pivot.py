@@ -12,10 +12,10 @@ from typing import Any, Sequence
 import pandas as pd
 
 import accel_kit.report.render as R
-from accel_kit.report.cells import Quantity
+from accel_kit.report.cells import BUSY_NOTE, Quantity
 from accel_kit.results import LAYOUT_DEFAULTS
 from accel_kit.report.context import Context
-from accel_kit.report.render import Table
+from accel_kit.report.render import Table, esc
 
 
 def _sort_value(value: Any):
@@ -106,6 +106,8 @@ def pivot(ctx: Context, table_id: str, t: pd.DataFrame, *, study: str, base: lis
                 cell.compact = i > 0 and (row is None or row["status"] != "ok")
                 cells.append(cell)
             table.add([R.fmt_key(v) for v in point] + [name], cells)
+    if any(ctx.metrics(r).get("machine_busy") for r in t["record_id"] if r in ctx.records.by_id):
+        table.caption = " ".join(filter(None, [table.caption, esc(BUSY_NOTE)]))
     if not points:  # no record of this study at all: one row that says so for every system
         table.row_headers = ["quantity"]
         table.add(["any"], [R.not_run(f"no {study} records from {c}") for c in columns])

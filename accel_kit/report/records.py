@@ -44,6 +44,9 @@ class RecordSet:
     filtered_out: int = 0  # records of systems not asked for
     by_run: bool = False
     systems_found: list[str] = field(default_factory=list)  # before the systems filter
+    # Every run of the selected systems' points, superseded ones too: a point's spread widens to its runs'
+    # range as the notebook's does (``Context.spreads``); None: only ``records`` were given.
+    runs: list[dict] | None = None
 
     @cached_property
     def by_id(self) -> dict[str, dict]:
@@ -58,6 +61,11 @@ class RecordSet:
         """The selected records of one study (an empty frame when there are none)."""
         # Framed apart: another study's columns would turn this one's integers into floats (NaN).
         return results.frame([rec for rec in self.records if rec["study"] == name])
+
+    def study_runs(self, name: str) -> pd.DataFrame:
+        """Every run of one study's points (``runs``: superseded records too), framed as ``study``."""
+        return results.frame([rec for rec in (self.runs if self.runs is not None else self.records)
+                              if rec["study"] == name])
 
     @property
     def systems(self) -> list[str]:
@@ -160,5 +168,6 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
         superseded = len(chosen) - len(latest)
         kept = sorted(latest.values(), key=lambda r: r["_order"])
     records = [{k: v for k, v in rec.items() if k != "_order"} for rec in kept]
+    runs = [{k: v for k, v in rec.items() if k != "_order"} for rec in chosen] if not by_run else records
     return RecordSet(records=records, sources=read, duplicates=duplicates, superseded=superseded,
-                     filtered_out=filtered_out, by_run=by_run, systems_found=found)
+                     filtered_out=filtered_out, by_run=by_run, systems_found=found, runs=runs)
