@@ -58,7 +58,7 @@ def fastest(ctx: Context) -> list[str]:
             keys_here += [k for k in identity.varying(sub) if k not in keys_here + list(ACROSS_SYSTEMS)]
             head = f"<b>{esc(study)}, {esc(precision)}</b>: "
             systems = sorted(sub["system"].unique())
-            shared = [g for _, g in sorted(sub.groupby("_config", sort=False), key=lambda kv: tuple(map(str, kv[0])))
+            shared = [g for _, g in sorted(sub.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0]))
                       if g["system"].nunique() > 1]
             if shared:
                 # A point is won only when the fastest beats the second beyond both their spreads.

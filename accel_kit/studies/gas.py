@@ -100,7 +100,7 @@ def findings(df: pd.DataFrame) -> list[dict]:
     named = ["preset", "precision"] + [f for f in identity.varying(t) if f not in ("system", "preset", "precision",
                                                                                    "micro_batch_size", "gas")]
     out = []
-    for _, g in sorted(t.groupby("_config", sort=False), key=lambda kv: tuple(map(str, kv[0]))):
+    for _, g in sorted(t.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0])):
         if g["gas"].nunique() < 2:
             continue
         g = g.sort_values("gas")

@@ -96,3 +96,9 @@ def with_point_key(df: pd.DataFrame) -> pd.DataFrame:
             for _, row in df.iterrows()]
     have = df["point_key"] if "point_key" in df.columns else pd.Series(None, index=df.index, dtype=object)
     return df.assign(point_key=[k if isinstance(k, str) and k else m for k, m in zip(have, made)])
+
+
+def order(config: tuple) -> tuple:
+    """A sort key of a ``config_key`` tuple: numbers by value, then texts, a missing part first."""
+    return tuple((0, 0.0, "") if v is None else (1, float(v), "") if isinstance(v, (int, float)) and
+                 not isinstance(v, bool) else (2, 0.0, str(v)) for v in config)

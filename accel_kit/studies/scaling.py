@@ -47,7 +47,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     df = df.sort_values(keys).assign(_config=lambda d: identity.config_key(d, AXIS))
     energy_cols = energy.table_columns(df)
     rows = []
-    for _, g in sorted(df.groupby("_config", sort=False), key=lambda kv: tuple(map(str, kv[0]))):
+    for _, g in sorted(df.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0])):
         ok = g[g["status"] == "ok"]
         base = ok.iloc[0] if not ok.empty else None
         for _, r in g.iterrows():
