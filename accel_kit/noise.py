@@ -6,8 +6,9 @@ where a records folder holds it more than once (a re-run with ``rerun``): what a
 column and a figure's error bar show. A difference between two points is stated with a confidence
 interval of the ratio of their medians (``ratio_ci``: a seeded bootstrap over each point's trials
 and runs) and called one only when that interval excludes 1; otherwise it is "within noise",
-said with the interval. A point is its key (``results.point_key_of``). This is the one place those rules live: the study tables, the
-figures' error bars and the findings (notebook and report) all read them here.
+said with the interval. A point is its key (``results.point_key_of``). This is the one place those
+rules live: the study tables, the figures' error bars and the findings (notebook and report) all
+read them here.
 
 This module imports nothing of accel-kit but ``results`` and ``timing``: any layer may read it.
 """

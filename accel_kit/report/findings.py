@@ -61,7 +61,7 @@ def fastest(ctx: Context) -> list[str]:
             shared = [g for _, g in sorted(sub.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0]))
                       if g["system"].nunique() > 1]
             if shared:
-                # A point is won only when the fastest beats the second beyond both their spreads.
+                # A point is won only when the interval of the fastest over the second excludes 1.
                 ranked = [g.sort_values(metric, ascending=False) for g in shared]
                 won = [g for g in ranked if noise.differs(noise.Measured.of(g.iloc[0], metric),
                                                           noise.Measured.of(g.iloc[1], metric))]
@@ -268,7 +268,8 @@ FINDINGS: list[tuple[str, Callable[[Context], list[str]]]] = [
 def findings_section(ctx: Context) -> Section:
     s = Section("findings", "Findings")
     s.text("<p>Computed from the records when this page was built; throughput is compared only between "
-           "records of the same configuration (model, sizes, device count, precision).</p>")
+           "records of the same configuration (every field of the point's key but the one compared along); "
+           f"{esc(noise.CI_DOC)}.</p>")
     body = []
     for title, fn in FINDINGS:
         items = fn(ctx)

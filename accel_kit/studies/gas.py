@@ -62,7 +62,7 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    ok = noise.with_spread(identity.with_point_key(with_layout(df)))  # the latest record per point, with its trials' and runs' spread
+    ok = noise.with_spread(identity.with_point_key(with_layout(df)))  # each point's latest record, with its spread
     ok = ok[ok["status"] == "ok"]
     if ok.empty:
         return {}

@@ -70,7 +70,8 @@ def figures(df: pd.DataFrame) -> dict:
     """Figure 5: tokens/s against device count, log-log, one line per system, model and layout."""
     from accel_kit import plots
 
-    ok = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df  # latest per point, with its spread
+    # Each point's latest record, with its spread.
+    ok = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df
     ok = ok[ok["status"] == "ok"] if not ok.empty else ok
     if ok.empty:
         return {}

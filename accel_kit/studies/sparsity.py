@@ -198,7 +198,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """
     if df.empty:
         return df
-    df = noise.with_spread(identity.with_point_key(_filled(df)), ["tokens_per_s", "tokens_per_j"])  # latest per point, its spread
+    # Each point's latest record, with its spread.
+    df = noise.with_spread(identity.with_point_key(_filled(df)), ["tokens_per_s", "tokens_per_j"])
     df = df.sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
     df["_loss_curve_run"] = loss_curve_rows(df)
     # A sparse point's dense baseline: the same configuration, every key field but the sparsity's.
