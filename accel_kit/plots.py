@@ -47,6 +47,16 @@ def _error_y(part: pd.DataFrame, y: str) -> dict | None:
                 arrayminus=(part[y] - part[lo]).clip(lower=0).fillna(0).tolist(), thickness=1.5, width=4)
 
 
+# What an error bar is, said on every figure that draws one (under its title): the same band a table's
+# spread column gives (``accel_kit.noise.with_spread``), not a confidence interval.
+ERROR_BARS = "bars: interquartile range of the trials, widened to the range of the point's runs"
+
+
+def _bars_note(fig: go.Figure) -> None:
+    if any(getattr(tr, "error_y", None) is not None and tr.error_y.array is not None for tr in fig.data):
+        fig.update_layout(title_text=f"{fig.layout.title.text}<br><sup>{ERROR_BARS}</sup>")
+
+
 def with_precision(df: pd.DataFrame, group: list[str], title: str) -> tuple[list[str], str]:
     """The precision that ran, in every figure: in the title when the rows share one, else in the legend."""
     if "precision" not in df.columns or df.empty:
@@ -77,7 +87,7 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
     """Bars of ``y`` against categorical ``x``, one panel per ``facet`` value, one colour per group.
 
     Group labels name only the columns of ``group`` that vary (one system: colour by impl). ``note``: a
-    line under the title (what the error bars are, where a reader could not tell).
+    line under the title (what the error bars are, where they are not ``ERROR_BARS``, which is said by default).
     """
     if facet != "precision":
         group, title = with_precision(df, group, title)
@@ -102,6 +112,8 @@ def grouped_bars(df: pd.DataFrame, *, x: str, y: str, facet: str, group: list[st
     fig.update_yaxes(title_text=y_title, row=1, col=1)
     fig.update_layout(title=title, barmode="group", template=_TEMPLATE, legend_title_text=" · ".join(varying) or group[0],
                       height=450, width=max(600, 380 * len(facets)))
+    if note is None:  # (a note of the caller's own says what its bars are)
+        _bars_note(fig)
     return fig
 
 
@@ -128,6 +140,7 @@ def line(df: pd.DataFrame, *, x: str, y: str, group: list[str], title: str, x_ti
         swept_ticks(fig, df[x])
     if log_y:
         fig.update_yaxes(type="log")
+    _bars_note(fig)
     return fig
 
 

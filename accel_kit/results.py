@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -299,7 +300,8 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     """All records under a file or folder as a DataFrame.
 
     Columns: the record's own fields, then every parameter and metric flattened to the top
-    level (metric names carry units), then ``env.*``. Missing metrics are NaN.
+    level (metric names carry units), then ``env.*``. Missing metrics are NaN. ``point_key`` is
+    always filled (``point_key_of``: a record from before the sweep stored it keeps a key of its own).
     """
     return frame(iter_records(path))
 
@@ -313,6 +315,7 @@ def frame(records: Iterable[dict]) -> pd.DataFrame:
         row.update(rec.get("params", {}))
         row.update(rec.get("metrics", {}))
         row.update(_flatten(rec.get("env", {}), "env."))
+        row["point_key"] = point_key_of(rec)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -327,11 +330,35 @@ def _flatten(d: dict, prefix: str) -> dict:
     return out
 
 
-def latest(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """For each combination of ``keys``, the most recent record (re-runs supersede old ones)."""
+def point_key_of(record: dict) -> str:
+    """The one identity of "the same point": the sweep's ``params.point_key`` (``Point.key()``, a hash of
+    every field that determines the measurement), which resume, the study tables, the figures, the
+    findings, the report and the predictor all group by. A record written before the sweep stored it:
+    a hash of its parameters, so an old record keeps one key of its own, the same every time it is read."""
+    params = record.get("params") or {}
+    key = params.get("point_key")
+    if key:
+        return str(key)
+    text = json.dumps(params, sort_keys=True, default=str)
+    return "params-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# What a point is within a records frame: its study and system (the record's own fields, which an old
+# record's params do not repeat) and its key.
+POINT = ("study", "system", "point_key")
+
+
+def point_columns(df: pd.DataFrame) -> list[str]:
+    """The columns of ``POINT`` that ``df`` has (a frame from ``load`` has them all)."""
+    return [c for c in POINT if c in df.columns]
+
+
+def latest(df: pd.DataFrame) -> pd.DataFrame:
+    """Each point's most recent record (re-runs supersede old ones); a point is ``POINT``."""
     if df.empty:
         return df
-    return df.sort_values("timestamp").groupby(keys, dropna=False, as_index=False).tail(1)
+    return df.sort_values("timestamp", kind="stable").groupby(point_columns(df), dropna=False,
+                                                              as_index=False).tail(1)
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from accel_kit import metrics, noise
+from accel_kit import metrics, noise, results
 
 # Headers whose words a metric's name does not give; the rest are the name's words with its unit.
 LABELS = {
@@ -94,16 +94,20 @@ def _cell(name: str, v) -> str:
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
-def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str],
-             shown: list[str] | None = None) -> Readable:
+def readable(table: pd.DataFrame, records: pd.DataFrame, shown: list[str] | None = None) -> Readable:
     """``table`` (a study's ``table(df)``, with ``record_id``) for people; ``records`` its records (for the
-    trials and runs), ``keys`` what identifies a point (the study's ``KEYS``); ``shown``: the columns a
-    reader sees (a study's ``SHOWN``, the columns of its paper table; None: all of ``table``)."""
+    trials and runs of each point: a point is its key, ``results.point_key_of``); ``shown``: the columns a
+    reader sees (a study's ``SHOWN``, the columns of its paper table; None: all of ``table``). A key field
+    that varies among the rows (a second preset, sequence length or layout) is shown whatever ``shown``
+    says: rows that differ only in it would read as the same point otherwise."""
     if table.empty:
         return Readable(table, {}, "no records")
     if shown is not None:
-        table = table[[c for c in table.columns if c in shown or c == "record_id"]]
-    spread = noise.with_spread(records, keys) if "record_id" in table.columns else pd.DataFrame()
+        apart = _telling_apart(table, shown)
+        table = table[[c for c in table.columns if c in shown or c in apart or c == "record_id"]]
+    from accel_kit.studies.identity import with_point_key  # (the module alone: the studies' face imports this one)
+
+    spread = noise.with_spread(with_point_key(records)) if "record_id" in table.columns else pd.DataFrame()
     spread = spread.set_index("record_id") if not spread.empty else spread
     shared: dict[str, str] = {}
     out: dict[str, list[str]] = {}
@@ -126,9 +130,46 @@ def readable(table: pd.DataFrame, records: pd.DataFrame, keys: list[str],
             out[f"{header(name)} spread"] = [noise.fmt(s, p) for s, p in zip(sp, places)]
             continue
         out[header(name)] = [_cell(name, v) for v in values]
+    busy = busy_cells(table, records)
+    if busy is not None:
+        out[BUSY_HEADER] = busy
     note = noise.SPREAD_DOC + (f"; up to {runs} runs of a point" if runs > 1 else "") + \
-        ". Each row's record id: run.table()['record_id'], in the same order."
+        ". Each row's record id: run.table()['record_id'], in the same order." + \
+        (f" {BUSY_NOTE}" if busy is not None and any(busy) else "")
     return Readable(pd.DataFrame(out), shared, note)
+
+
+# A point measured while other work kept the machine busy (the records' ``machine_busy`` and
+# ``load_others_cpu_pct``): marked in its row, the mark said under the table.
+BUSY_HEADER = "busy"
+BUSY_NOTE = ("busy: the machine was busy with other work during the point's timed window (the CPU time "
+             "other processes took, % of the machine); its numbers may be low.")
+
+
+def busy_cells(table: pd.DataFrame, records: pd.DataFrame) -> list[str] | None:
+    """Per row of ``table``, ``busy (37 %)`` where its record says the machine was busy, else ""; None where
+    the records carry no such reading (records from before it was recorded)."""
+    if "machine_busy" not in records.columns or "record_id" not in table.columns or "record_id" not in records:
+        return None
+    by_id = records.drop_duplicates("record_id").set_index("record_id")
+    cells = []
+    for rid in table["record_id"]:
+        flag = by_id["machine_busy"].get(rid) if rid in by_id.index else None
+        if flag is None or _empty(flag) or not bool(flag):
+            cells.append("")
+            continue
+        load = by_id["load_others_cpu_pct"].get(rid) if "load_others_cpu_pct" in by_id else None
+        cells.append(f"busy ({load:.0f} %)" if load is not None and not _empty(load) else "busy")
+    return cells
+
+
+def _telling_apart(table: pd.DataFrame, shown: list[str]) -> list[str]:
+    """The key fields of ``table`` outside ``shown`` that vary among its rows (a layout field is told by the
+    ``layout`` label where that is shown)."""
+    from accel_kit.studies.identity import varying
+
+    layout = set(results.LAYOUT_DEFAULTS) if "layout" in shown else set()
+    return [f for f in varying(table) if f not in shown and f not in layout]
 
 
 def width_px(t: Readable | pd.DataFrame, px_per_char: float = 8.0, padding_px: float = 16.0) -> float:

@@ -9,6 +9,7 @@ inter-quartile range) rather than the mean.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,16 @@ from typing import Any, Callable
 
 # A point whose trials vary more than this (coefficient of variation) is flagged noisy.
 DEFAULT_NOISY_CV = 0.05
+
+
+def iqr(values) -> tuple[float, float] | None:
+    """The first and third quartiles of ``values`` (None and NaN left out); None for fewer than 2 values.
+    The one quartile rule: a record's ``time_iqr_s`` and a table's spread (``accel_kit.noise``) both use it."""
+    values = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if len(values) < 2:
+        return None
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
 
 
 @dataclass
@@ -46,10 +57,8 @@ class Timing:
     @property
     def iqr_s(self) -> float:
         """Inter-quartile range (0 for fewer than 2 trials)."""
-        if len(self.times_s) < 2:
-            return 0.0
-        q = statistics.quantiles(self.times_s, n=4, method="inclusive")
-        return q[2] - q[0]
+        quartiles = iqr(self.times_s)
+        return quartiles[1] - quartiles[0] if quartiles else 0.0
 
     @property
     def cv(self) -> float:

@@ -89,7 +89,7 @@ def test_scaling_efficiency_compares_each_layout_with_its_own_smallest_count():
     from accel_kit import tables
 
     scaling = studies.study_module("scaling")
-    readable = tables.readable(scaling.table(df), df, scaling.KEYS, scaling.SHOWN)
+    readable = tables.readable(scaling.table(df), df, scaling.SHOWN)
     assert list(readable.frame["layout"]) == ["ddp", "ddp", "ddp, tp 2", "ddp, tp 2"]
 
 

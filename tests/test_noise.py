@@ -39,7 +39,7 @@ def _gas_records(top=4400.0, times=STEADY):
 
 def test_gas_table_has_the_paper_columns_rounded_with_a_spread_beside_each_throughput():
     df = results.frame(_gas_records())
-    t = tables.readable(gas.table(df), df, gas.KEYS)
+    t = tables.readable(gas.table(df), df)
     cols = list(t.frame.columns)
     assert cols == ["GAS", "global batch", "tokens/s", "tokens/s spread", "samples/s", "samples/s spread",
                     "MFU measured (%)", "gain over smallest GAS (x)"]
@@ -61,13 +61,13 @@ def test_a_gas_table_whose_points_all_failed_has_rows_and_no_gain():
     df = results.frame(failed)
     t = gas.table(df)  # (it once raised KeyError: no tokens_per_s column at all)
     assert list(t["status"]) == ["error", "error"] and t["gain_vs_smallest_gas"].isna().all()
-    assert len(tables.readable(t, df, gas.KEYS).frame) == 2
+    assert len(tables.readable(t, df).frame) == 2
 
 
 def test_the_runs_of_a_point_widen_its_spread():
     earlier = _train("gas", 3700.0, STEADY, gas=4, run_id="r0", timestamp="2020-01-01T00:00:00+00:00")
     df = results.frame(_gas_records(top=4000.0) + [earlier])
-    row = noise.with_spread(df, gas.KEYS).set_index("gas").loc[4]
+    row = noise.with_spread(df).set_index("gas").loc[4]
     assert row["runs"] == 2 and row["tokens_per_s"] == 4000.0  # the latest run is the value shown
     assert (row["tokens_per_s_lo"], row["tokens_per_s_hi"]) == (3700.0, 4000.0)
 
@@ -107,19 +107,38 @@ def test_microbenchmark_bars_have_error_bars():
 def test_a_difference_inside_the_noise_is_said_to_be_within_noise():
     # GAS 2 is 1.02x GAS 1, both with a spread near 20 %: not a gain.
     texts = [f["text"] for f in gas.findings(results.frame(_gas_records(top=4420.0, times=NOISY)))]
-    assert "GAS 2 against GAS 1: within noise (1.02x; spreads" in texts[0], texts[0]
-    # 1.13x but inside GAS 1's 20 % spread: within noise too, never "gives 1.13x".
-    assert "GAS 4 against GAS 1: within noise (1.13x" in texts[1] and "gives" not in texts[1], texts[1]
+    assert "GAS 2 against GAS 1: within noise (1.02x; 95 % CI 0.76-1.36 includes 1)" in texts[0], texts[0]
+    # 1.13x, but the interval of the ratio of medians takes in 1: within noise too, never "gives 1.13x".
+    assert "GAS 4 against GAS 1: within noise (1.13x; 95 % CI" in texts[1] and "gives" not in texts[1], texts[1]
 
 
-def test_a_difference_beyond_both_spreads_is_called_one():
+def test_a_difference_whose_interval_excludes_1_is_called_one():
     recs = [_train("gas", 1000.0, [1.0, 1.02, 0.98, 1.0, 1.01], gas=1),
             _train("gas", 1500.0, [1.0, 1.02, 0.98, 1.0, 1.01], gas=4)]
     (finding,) = gas.findings(results.frame(recs))
-    assert "GAS 4 gives 1.50x the tokens/s of GAS 1" in finding["text"]
+    assert "GAS 4 gives 1.50x (95 % CI 1.47-1.53) the tokens/s of GAS 1" in finding["text"], finding["text"]
     # One trial, one run: the noise is unknown, so no difference is called either.
     one = [_train("gas", 1000.0, [1.0], gas=1), _train("gas", 1500.0, [1.0], gas=4)]
-    assert "not called a difference" in gas.findings(results.frame(one))[0]["text"]
+    text = gas.findings(results.frame(one))[0]["text"]
+    assert "not called a difference: its confidence interval cannot be computed (one trial and one run)" in text
+
+
+def test_a_drop_beyond_its_interval_is_called_one_though_the_spreads_overlap():
+    # The notebook's case: GAS 2 at 0.63x GAS 1, each point's IQR wide (about 13 % and 23 %), but the
+    # medians of five trials apart: the interval printed is the one the verdict rests on.
+    recs = [_train("gas", 1000.0, [1.0, 1.15, 0.9, 1.05, 0.95], gas=1),
+            _train("gas", 630.0, [1.0, 1.3, 0.8, 1.1, 0.9], gas=2)]
+    (finding,) = gas.findings(results.frame(recs))
+    ci = noise.compare(*(noise.Measured.of(r, "tokens_per_s") for _, r in
+                         noise.with_spread(results.frame(recs)).sort_values("gas", ascending=False).iterrows()))
+    assert ci.real and ci.ci[1] < 1, ci
+    assert f"GAS 2 gives 0.63x ({ci.ci_text}) the tokens/s of GAS 1" in finding["text"], finding["text"]
+
+
+def test_the_interval_is_seeded_and_independent_of_the_record_order():
+    a, b = [1.0, 1.2, 0.9, 1.1, 1.05], [0.7, 0.8, 0.75, 0.9, 0.72]
+    assert noise.ratio_ci(a, b) == noise.ratio_ci(list(reversed(a)), b) == noise.ratio_ci(a, b)
+    assert noise.ratio_ci([1.0], b) is None
 
 
 def test_rounding_follows_the_spread():
@@ -188,7 +207,7 @@ def test_the_precision_and_why_read_as_one_short_statement():
 def test_every_study_table_fits_the_page_with_a_spread_beside_its_throughput(study, records):
     module = studies.study_module(study)
     df = results.frame(records)
-    t = tables.readable(module.table(df), df, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", None)))
+    t = tables.readable(module.table(df), df)
     cols = list(t.frame.columns)
     rates = [c for c in cols if c in ("tokens/s", "TFLOP/s", "samples/s (mean step)")]
     assert rates and all(cols[cols.index(r) + 1] == f"{r} spread" for r in rates), cols
@@ -265,11 +284,11 @@ def test_the_scaling_efficiency_finding_calls_a_shortfall_from_ideal_only_beyond
 
     # 7,200 tokens/s on 8 devices against the ideal 8,000, both about 20 % wide: within noise.
     (near,) = findings.scaling_efficiency(_scaling_context(7200.0))
-    assert "at 8 devices, against ideal scaling: within noise (0.90x; spreads" in near, near
+    assert "at 8 devices, against ideal scaling: within noise (0.90x; 95 % CI" in near and "includes 1)" in near, near
     assert "below ideal" not in near and "against the ideal 8.00×" in near
     # 4,000 on 8 devices: half the ideal, well beyond both spreads.
     (far,) = findings.scaling_efficiency(_scaling_context(4000.0))
-    assert "at 8 devices, below ideal scaling beyond the noise (efficiency 50.0 %" in far, far
+    assert "at 8 devices, below ideal scaling beyond the noise: 0.50x (95 % CI" in far and "(efficiency 50.0 %" in far, far
     # One trial and one run: the noise is unknown, so no shortfall is called.
     (one,) = findings.scaling_efficiency(_scaling_context(7600.0, times=[1.0]))
     assert "not called a difference" in one, one

@@ -84,7 +84,7 @@ def test_latest_keeps_newest(tmp_path):
     b["metrics"]["tflops"] = 5.0
     results.append_record(path, a)
     results.append_record(path, b)
-    df = results.latest(results.load(path), ["batch_size"])
+    df = results.latest(results.load(path))
     assert list(df["tflops"]) == [5.0]
 
 

@@ -44,8 +44,8 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
         predictor = Predictor(system, records, link_root=link_root, probe=probe)
         points: dict[tuple, list[dict]] = {}
         for rec in predictor.train:
-            # The sweep's key identifies a point within its study (two studies can run the same shape).
-            points.setdefault((rec.get("study"), rec["params"].get("point_key") or rec["record_id"]), []).append(rec)
+            # A point is its key (results.point_key_of) within its study (two studies can run the same shape).
+            points.setdefault((rec.get("study"), results.point_key_of(rec)), []).append(rec)
         for runs in points.values():
             runs.sort(key=lambda r: r.get("timestamp") or "", reverse=True)  # the latest first
             rec = runs[0]

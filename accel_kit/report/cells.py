@@ -52,7 +52,8 @@ def rate(study: str, label: str, name: str) -> list[Quantity]:
     def value(ctx: Context, row: pd.Series, rec: dict) -> Cell:
         v, spread = band(ctx, row, rec)
         places = noise.decimals(spread, v)
-        return R.value_cell(v, [rec["record_id"]], lambda x: noise.fmt(x, places))
+        busy = f" {BUSY_MARK}" if (rec.get("metrics") or {}).get("machine_busy") else ""
+        return R.value_cell(v, [rec["record_id"]], lambda x: noise.fmt(x, places) + busy)
 
     def spread(ctx: Context, row: pd.Series, rec: dict) -> Cell:
         v, spread = band(ctx, row, rec)
@@ -61,6 +62,12 @@ def rate(study: str, label: str, name: str) -> list[Quantity]:
                             reason="one trial and one run: noise not measured")
     return [(label, value), (f"{label} spread", spread)]
 
+
+# A throughput measured while other work kept the machine busy (the record's ``machine_busy``): marked in its
+# cell, the mark said under the table (``pivot``).
+BUSY_MARK = "(busy)"
+BUSY_NOTE = (f"{BUSY_MARK}: measured while the machine was busy with other work during the timed window "
+             "(the record's load_others_cpu_pct: the CPU time other processes took); its numbers may be low.")
 
 ENERGY_FIELDS = ("energy_j", "power_avg_w", "tokens_per_j", "flops_per_j")
 
@@ -87,12 +94,14 @@ MFU_DATASHEET: Quantity = ("MFU, datasheet peak", metric("mfu_pct", R.fmt_pct, "
 MFU_MEASURED: Quantity = ("MFU, measured peak", metric("mfu_measured_pct", R.fmt_pct, "mfu_measured_reason"))
 
 
-def base_record(t: pd.DataFrame, row: pd.Series, group: list[str], axis: str) -> list[str]:
-    """The record of the smallest ``axis`` value with status ok in ``row``'s group (the base of a ratio)."""
-    same = t[(t["status"] == "ok")]
-    for k in group:
-        if k in t.columns:
-            same = same[same[k] == row[k]]
+def base_record(t: pd.DataFrame, row: pd.Series, axis: str) -> list[str]:
+    """The record of the smallest ``axis`` value with status ok in ``row``'s configuration (every key field
+    but ``axis``: ``identity.config_key``): the base of a ratio."""
+    from accel_kit.studies import identity
+
+    configs = identity.config_key(t, axis)
+    mine = identity.config_key(t.loc[[row.name]], axis).iloc[0] if row.name in t.index else None
+    same = t[(t["status"] == "ok") & (configs == mine)] if mine is not None else t.iloc[0:0]
     if same.empty:
         return []
     return [same.sort_values(axis).iloc[0]["record_id"]]

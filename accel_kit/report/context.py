@@ -74,16 +74,13 @@ class Context:
 
     def spreads(self, name: str) -> pd.DataFrame:
         """Each point's latest record of the study with its spread, by record id: ``accel_kit.noise.with_spread``
-        over the study's keys (the trials' IQR, widened to the runs of the point), what tables and findings read."""
+        per point key (the trials' IQR, widened to the runs of the point), what tables and findings read."""
         if name not in self._spreads:
-            from accel_kit import noise, studies
+            from accel_kit import noise
 
-            df = self.study(name)
-            module = studies.study_module(name)
-            keys = getattr(module, "KEYS", None) or module.TABLE_KEYS
+            df = self.records.study_runs(name)  # every run: a point's spread widens to their range
             if not df.empty:
-                # A key no record holds is one value for all (None), not a key dropped (which would merge points).
-                df = noise.with_spread(df.assign(**{k: None for k in keys if k not in df.columns}), keys)
+                df = noise.with_spread(df)
             self._spreads[name] = df.set_index("record_id") if not df.empty else df
         return self._spreads[name]
 

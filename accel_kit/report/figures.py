@@ -13,7 +13,7 @@ from typing import Callable
 import pandas as pd
 
 import accel_kit.report.render as R
-from accel_kit.report.cells import MFU_DATASHEET, MFU_MEASURED, base_record, derived, energy, metric
+from accel_kit.report.cells import MFU_DATASHEET, MFU_MEASURED, base_record, derived, energy, metric, rate
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.pivot import pivot
 from accel_kit.report.render import esc
@@ -49,7 +49,7 @@ def _microbenchmark(ctx: Context, number: int, direction: str, title: str) -> Se
         t = t[t["direction"] == direction]
     return s.table(pivot(ctx, f"figure-{number}-data", t, study="microbenchmark", base=["precision", "batch_size"],
                          extra=["impl"], split_precision=False, quantities=[
-                             ("TFLOP/s", metric("tflops")), MFU_DATASHEET, MFU_MEASURED,
+                             *rate("microbenchmark", "TFLOP/s", "tflops"), MFU_DATASHEET, MFU_MEASURED,
                              ("FLOP/J", energy("flops"))]))
 
 
@@ -76,13 +76,12 @@ def figure_6_gas(ctx: Context) -> Section:
     s = Section("figure-6", "Figure 6: gradient accumulation")
     _figure(ctx, s, "gas", "gas_tokens_per_s", "figure-6-plot")
     t = study_table(ctx, "gas")
-    group = ["system", "preset", "precision", "devices", "micro_batch_size"]
     return s.table(pivot(ctx, "figure-6-data", t, study="gas", base=["micro_batch_size", "gas"],
-                         extra=["preset", "devices", "global_batch_size"], quantities=[
-                             ("tokens/s", metric("tokens_per_s")),
-                             ("samples/s", metric("samples_per_s")),
+                         extra=["preset", "seq_len", "devices", "global_batch_size"], quantities=[
+                             *rate("gas", "tokens/s", "tokens_per_s"),
+                             *rate("gas", "samples/s", "samples_per_s"),
                              ("gain over the smallest GAS", derived(
-                                 "gain_vs_smallest_gas", R.fmt_ratio, also=lambda r: base_record(t, r, group, "gas"),
+                                 "gain_vs_smallest_gas", R.fmt_ratio, also=lambda r: base_record(t, r, "gas"),
                                  reason="no ok record at the smallest GAS of this micro-batch")),
                              ("tokens/J", energy())]))
 
@@ -110,7 +109,7 @@ def figure_7_sparsity_throughput(ctx: Context) -> Section:
 
     return s.table(pivot(ctx, "figure-7-data", t, study="sparsity", base=["preset", "config"],
                          extra=["micro_batch_size", "seq_len", "steps", "sparse_kernels"], quantities=[
-                             ("tokens/s", metric("tokens_per_s")),
+                             *rate("sparsity", "tokens/s", "tokens_per_s"),
                              ("relative to dense", derived("speedup_vs_dense", R.fmt_ratio, also=dense,
                                                            reason="no ok dense record of this preset")),
                              ("FLOP-proportional ideal", derived("ideal_speedup", R.fmt_ratio,

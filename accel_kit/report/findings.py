@@ -17,9 +17,12 @@ from accel_kit import noise
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
+from accel_kit.studies import identity
 from accel_kit.studies._training import LAYOUT_FIELDS
 
-# study -> (metric, unit, the parameters two records must share to be compared)
+# study -> (metric, unit, the parameters a finding names of a point). Two records are compared when they
+# share every field of the point's key but the system's own (``identity.config_key``).
+ACROSS_SYSTEMS = ("system", "devices_per_node")
 HEADLINE: dict[str, tuple[str, str, list[str]]] = {
     "microbenchmark": ("tflops", "TFLOP/s", ["model", "impl", "seq_len", "batch_size", "direction"]),
     "scaling": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "gas", *LAYOUT_FIELDS,
@@ -45,16 +48,20 @@ def fastest(ctx: Context) -> list[str]:
         df = ctx.study(study)
         if df.empty or metric not in df.columns:
             continue
-        keys_all = ["system", "precision"] + [k for k in keys if k in df.columns]
-        ok = noise.with_spread(df, keys_all, [metric])  # each point's latest record, with its spread
+        ok = noise.with_spread(df, [metric])  # each point's latest record, with its spread
         ok = ok[(ok["status"] == "ok") & ok[metric].notna()]
+        if ok.empty:
+            continue
+        ok = ok.assign(_config=identity.config_key(ok, ACROSS_SYSTEMS))
         for precision, sub in ok.groupby("precision", sort=True):
             keys_here = [k for k in keys if k in sub.columns]
+            keys_here += [k for k in identity.varying(sub) if k not in keys_here + list(ACROSS_SYSTEMS)]
             head = f"<b>{esc(study)}, {esc(precision)}</b>: "
             systems = sorted(sub["system"].unique())
-            shared = [g for _, g in sub.groupby(keys_here, dropna=False) if g["system"].nunique() > 1]
+            shared = [g for _, g in sorted(sub.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0]))
+                      if g["system"].nunique() > 1]
             if shared:
-                # A point is won only when the fastest beats the second beyond both their spreads.
+                # A point is won only when the interval of the fastest over the second excludes 1.
                 ranked = [g.sort_values(metric, ascending=False) for g in shared]
                 won = [g for g in ranked if noise.differs(noise.Measured.of(g.iloc[0], metric),
                                                           noise.Measured.of(g.iloc[1], metric))]
@@ -125,8 +132,9 @@ def scaling_efficiency(ctx: Context) -> list[str]:
 
 
 def _against_ideal(ctx: Context, base: pd.Series, top: pd.Series) -> str:
-    """``top``'s tokens/s against ideal scaling from ``base`` (base x N / N0, its band scaled alike): a
-    shortfall (or a gain) called one only beyond both spreads (``noise.differs``), else "within noise"."""
+    """``top``'s tokens/s against ideal scaling from ``base`` (base x N / N0, its samples scaled alike): a
+    shortfall (or a gain) called one only when the interval of the ratio excludes 1 (``noise.differs``),
+    else "within noise"."""
     n, n0 = int(top["devices"]), int(base["devices"])
     what = (f"efficiency {R.fmt_pct(top['scaling_efficiency_pct'])}, speedup {R.fmt_ratio(top['speedup'])} "
             f"over {n0} device(s) against the ideal {R.fmt_ratio(n / n0)}")
@@ -134,12 +142,13 @@ def _against_ideal(ctx: Context, base: pd.Series, top: pd.Series) -> str:
     if len(rate) < 2:
         return f"scaling efficiency at {n} devices: {what}"
     got, b = rate
-    ideal = noise.Measured(b.value * n / n0, b.spread * n / n0)
+    ideal = noise.Measured(b.value * n / n0, b.spread * n / n0, tuple(v * n / n0 for v in b.samples), b.busy)
     measured = f"{got.text()} against the ideal {ideal.text()} tokens/s"
     verdict = noise.differs(got, ideal)
     if verdict:
         side = "below" if got.value < ideal.value else "above"
-        return f"at {n} devices, {side} ideal scaling beyond the noise ({what}; {measured})"
+        return (f"at {n} devices, {side} ideal scaling beyond the noise: {noise.ratio_text(got, ideal)} "
+                f"({what}; {measured})")
     return f"at {n} devices, against ideal scaling: {noise.ratio_text(got, ideal)} ({what}; {measured})"
 
 
@@ -206,7 +215,8 @@ def gas_gain(ctx: Context) -> list[str]:
     (the notebook prints the same findings: ``accel_kit.studies.gas.findings``)."""
     from accel_kit.studies import gas
 
-    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.study("gas"))]
+    # Over every run of each point (its latest cited): its samples are all its trials, as in the notebook.
+    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.records.study_runs("gas"))]
 
 
 def energy(ctx: Context) -> list[str]:
@@ -258,7 +268,8 @@ FINDINGS: list[tuple[str, Callable[[Context], list[str]]]] = [
 def findings_section(ctx: Context) -> Section:
     s = Section("findings", "Findings")
     s.text("<p>Computed from the records when this page was built; throughput is compared only between "
-           "records of the same configuration (model, sizes, device count, precision).</p>")
+           "records of the same configuration (every field of the point's key but the one compared along); "
+           f"{esc(noise.CI_DOC)}.</p>")
     body = []
     for title, fn in FINDINGS:
         items = fn(ctx)

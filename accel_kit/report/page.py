@@ -26,6 +26,7 @@ td.v { text-align: right; white-space: nowrap; font-variant-numeric: tabular-num
 td.v.txt { text-align: left; white-space: normal; min-width: 12em; max-width: 40em; }
 td.why { font-size: 0.9em; color: #555; max-width: 26em; }
 td.why .st { font-weight: 600; margin-right: 4px; }
+ul.table-notes { font-size: 0.85em; color: #555; list-style: none; padding-left: 0; margin: 4px 0 12px; }
 td.s-not-run { background: #f6f6f6; }
 td.s-oom, td.s-error { background: #fde8e8; }
 td.s-unsupported, td.s-skipped { background: #fff4dc; }

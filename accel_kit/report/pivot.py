@@ -12,9 +12,10 @@ from typing import Any, Sequence
 import pandas as pd
 
 import accel_kit.report.render as R
-from accel_kit.report.cells import Quantity
+from accel_kit.report.cells import BUSY_NOTE, Quantity
+from accel_kit.results import LAYOUT_DEFAULTS
 from accel_kit.report.context import Context
-from accel_kit.report.render import Table
+from accel_kit.report.render import Table, esc
 
 
 def _sort_value(value: Any):
@@ -53,9 +54,14 @@ def _columns(ctx: Context, t: pd.DataFrame, split_precision: bool) -> tuple[list
 
 
 def _row_keys(t: pd.DataFrame, base: list[str], extra: list[str]) -> list[str]:
-    """``base``, plus each ``extra`` key that tells apart two rows that would share a cell."""
+    """``base``, plus each ``extra`` key, then each key field of the points (``identity.key_fields``), that
+    tells apart two rows that would share a cell: two presets or sequence lengths are two rows, never one."""
+    from accel_kit.studies import identity
+
     keys = [k for k in base if k in t.columns]
-    for k in extra:
+    fields = [f for f in identity.key_fields(t) if f not in ("system", "precision")] if not t.empty else []
+    layout = set(LAYOUT_DEFAULTS) if "layout" in keys else set()
+    for k in list(extra) + [f for f in fields if f not in extra and f not in layout]:
         if k in t.columns and k not in keys and not t.empty:
             if t.groupby(keys + ["_col"], dropna=False)[k].nunique(dropna=False).gt(1).any():
                 keys.append(k)
@@ -100,6 +106,8 @@ def pivot(ctx: Context, table_id: str, t: pd.DataFrame, *, study: str, base: lis
                 cell.compact = i > 0 and (row is None or row["status"] != "ok")
                 cells.append(cell)
             table.add([R.fmt_key(v) for v in point] + [name], cells)
+    if any(ctx.metrics(r).get("machine_busy") for r in t["record_id"] if r in ctx.records.by_id):
+        table.caption = " ".join(filter(None, [table.caption, esc(BUSY_NOTE)]))
     if not points:  # no record of this study at all: one row that says so for every system
         table.row_headers = ["quantity"]
         table.add(["any"], [R.not_run(f"no {study} records from {c}") for c in columns])

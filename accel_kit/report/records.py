@@ -3,13 +3,12 @@
 Several machines' ``outputs/`` folders (or ``.tar.gz``/``.zip`` archives of them) are read
 as they are, by ``accel_kit.results.read_source``. A record copied into two
 folders is one record (same ``record_id``). By default each system's latest record of each
-point (``params.point_key``, the sweep's identity of a point) is kept, so a re-run replaces
+point (``results.point_key_of``, the one identity of a point) is kept, so a re-run replaces
 what it re-measured and keeps the rest; ``by_run`` keeps every run instead, each run of a
 system as a column of its own.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +41,9 @@ class RecordSet:
     filtered_out: int = 0  # records of systems not asked for
     by_run: bool = False
     systems_found: list[str] = field(default_factory=list)  # before the systems filter
+    # Every run of the selected systems' points, superseded ones too: a point's spread widens to its runs'
+    # range as the notebook's does (``Context.spreads``); None: only ``records`` were given.
+    runs: list[dict] | None = None
 
     @cached_property
     def by_id(self) -> dict[str, dict]:
@@ -57,6 +59,11 @@ class RecordSet:
         # Framed apart: another study's columns would turn this one's integers into floats (NaN).
         return results.frame([rec for rec in self.records if rec["study"] == name])
 
+    def study_runs(self, name: str) -> pd.DataFrame:
+        """Every run of one study's points (``runs``: superseded records too), framed as ``study``."""
+        return results.frame([rec for rec in (self.runs if self.runs is not None else self.records)
+                              if rec["study"] == name])
+
     @property
     def systems(self) -> list[str]:
         """The systems (or, by run, system @ run columns) in the report, sorted."""
@@ -68,15 +75,6 @@ class RecordSet:
 
 def _is_record(obj) -> bool:
     return isinstance(obj, dict) and all(obj.get(k) for k in _REQUIRED)
-
-
-def _point_identity(rec: dict) -> str:
-    params = rec.get("params") or {}
-    key = params.get("point_key")
-    if key:
-        return key
-    # Records without the sweep's key: the parameters themselves are the point.
-    return json.dumps(params, sort_keys=True, default=str)
 
 
 def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = None,
@@ -129,9 +127,10 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
     else:
         latest: dict[tuple, dict] = {}
         for rec in chosen:
-            latest[(rec["study"], rec["system"], _point_identity(rec))] = rec
+            latest[(rec["study"], rec["system"], results.point_key_of(rec))] = rec
         superseded = len(chosen) - len(latest)
         kept = sorted(latest.values(), key=lambda r: r["_order"])
     records = [{k: v for k, v in rec.items() if k != "_order"} for rec in kept]
+    runs = [{k: v for k, v in rec.items() if k != "_order"} for rec in chosen] if not by_run else records
     return RecordSet(records=records, sources=read, duplicates=duplicates, superseded=superseded,
-                     filtered_out=filtered_out, by_run=by_run, systems_found=found)
+                     filtered_out=filtered_out, by_run=by_run, systems_found=found, runs=runs)

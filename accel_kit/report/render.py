@@ -159,7 +159,19 @@ def provenance(rec: dict, *, with_id: bool = True) -> str:
             f"{commit_of(rec)} · {device_of(rec)} · {versions_of(rec)}")
 
 
-def cell_html(cell: Cell, cite: Citations) -> str:
+def note_mark(number: int) -> str:
+    """A table note's mark: a letter (a, b, ..., then aa, ab), apart from the records' citation numbers."""
+    letters = ""
+    number += 1
+    while number:
+        number, rest = divmod(number - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
+
+
+def cell_html(cell: Cell, cite: Citations, note: Callable[[str], str] | None = None) -> str:
+    """A cell; a status cell's reason is a note of the table (``note``: its mark, the note said once under
+    the table, whole), or, without ``note``, the reason itself."""
     refs = cite.refs(cell.records)
     tip = cite.tooltip(cell.records)
     if cell.measured:
@@ -167,7 +179,13 @@ def cell_html(cell: Cell, cite: Citations) -> str:
         return f'<td class="{klass}" title="{esc(tip)}">{esc(cell.text)}{refs}</td>'
     klass = "why s-" + cell.status.replace(" ", "-")
     title = f"{cell.status}: {cell.reason}" + (f"\n{tip}" if tip else "")
-    reason = "" if cell.compact else f'<span class="rs">{esc(short(cell.reason))}</span>'
+    if cell.compact:
+        reason = ""
+    elif note is not None:
+        mark = note(cell.reason or "")
+        reason = f'<span class="rs">note <a href="#{esc(mark)}">{esc(mark.rsplit("-", 1)[-1])}</a></span>'
+    else:
+        reason = f'<span class="rs">{esc(cell.reason)}</span>'
     return (f'<td class="{klass}" title="{esc(title)}"><span class="st">{esc(cell.status)}</span>'
             f'{reason}{refs}</td>')
 
@@ -193,15 +211,29 @@ class Table:
                         + (f'<div class="note">{esc(self.column_notes[c])}</div>' if self.column_notes.get(c) else "")
                         + "</th>" for c in self.columns)
         body = []
+        notes = self.notes()
         spans = _row_spans([key for key, _ in self.rows])
         for (key, cells), span in zip(self.rows, spans):
             tds = "".join(f'<th class="rk" rowspan="{n}" scope="row">{esc(k)}</th>'
                           for k, n in zip(key, span) if n)
-            tds += "".join(cell_html(c, cite) for c in cells)
+            tds += "".join(cell_html(c, cite, lambda r: f"{self.id}-note-{notes[r]}") for c in cells)
             body.append(f"<tr>{tds}</tr>")
         caption = f"<caption>{self.caption}</caption>" if self.caption else ""
+        below = "".join(f'<li id="{esc(self.id)}-note-{mark}"><b>{mark}</b>: {esc(reason)}</li>'
+                        for reason, mark in notes.items())
         return (f'<div class="tablewrap"><table class="report-table" id="{esc(self.id)}">{caption}'
-                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+                f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+                + (f'<ul class="table-notes">{below}</ul>' if below else "") + "</div>")
+
+    def notes(self) -> dict[str, str]:
+        """Each distinct reason of the table's status cells -> its mark, in the order first met: a reason
+        shared by many cells (no power meter on this machine) is said once, under the table, whole."""
+        reasons: dict[str, str] = {}
+        for _, cells in self.rows:
+            for c in cells:
+                if not c.measured and not c.compact and c.reason is not None and c.reason not in reasons:
+                    reasons[c.reason] = note_mark(len(reasons))
+        return reasons
 
 
 def _row_spans(keys: list[tuple[str, ...]]) -> list[list[int]]:

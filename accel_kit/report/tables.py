@@ -22,8 +22,10 @@ SPREAD_NOTE = f"<p>Each throughput's {esc(noise.SPREAD_DOC)}.</p>"
 def text_frame(table: Table) -> pd.DataFrame:
     """The table's text as a reader sees it (row names, each cell's text and its citation marks, a
     status cell's reason as shown): what ``accel_kit.tables.width_px`` estimates a width from."""
+    notes = table.notes()
+
     def text(c: R.Cell) -> str:
-        shown = c.text + (f" {R.short(c.reason)}" if not c.measured and not c.compact else "")
+        shown = c.text + (f" note {notes.get(c.reason, 'a')}" if not c.measured and not c.compact else "")
         shown += " [" + ", ".join(["999"] * len(c.records)) + "]" if c.records else ""
         # The page's style wraps a reason at 26em (td.why, 0.9em type) and a text value at 40em (td.v.txt):
         # about 47 and 80 characters of 8 px; a number never wraps.
@@ -39,10 +41,8 @@ def table_ii_scaling(ctx: Context) -> Section:
     """Table II: throughput, speedup and scaling efficiency against device count."""
     s = Section("table-2", "Table II: scaling with the number of devices")
     t = study_table(ctx, "scaling")
-    group = list(scaling_study.GROUP)  # each layout against its own smallest device count
-
-    def base(row: pd.Series) -> list[str]:
-        return base_record(t, row, group, "devices")
+    def base(row: pd.Series) -> list[str]:  # each configuration (layout included) against its fewest devices
+        return base_record(t, row, scaling_study.AXIS)
 
     s.text("<p>Speedup is throughput over that of the smallest device count measured in the same layout "
            "(engine, tensor and pipeline parallel degrees), scaling efficiency is speedup / (N / N<sub>0</sub>) "

@@ -95,12 +95,12 @@ class StudyRun:
 
         module = study_module(self.study)
         every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
-        return tables.readable(self.table(), every, getattr(module, "KEYS", getattr(module, "TABLE_KEYS", [])),
-                               getattr(module, "SHOWN", None))
+        return tables.readable(self.table(), every, getattr(module, "SHOWN", None))
 
     def findings(self) -> list[str]:
-        """The study's findings over every system's latest records under ``study_dir`` (a difference is
-        called one only beyond both points' spread); empty for a study that states none."""
+        """The study's findings over every system's records under ``study_dir`` (a difference is called one
+        only when the confidence interval of the ratio excludes 1: ``accel_kit.noise``); empty for a study
+        that states none."""
         module = study_module(self.study)
         if not hasattr(module, "findings") or not self.study_dir.exists():
             return []

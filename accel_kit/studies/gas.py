@@ -11,9 +11,11 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
-from accel_kit.studies._training import AxesParams, study_runner
+from accel_kit.studies import identity
+from accel_kit.studies._training import AxesParams, study_runner, with_layout
 
 STUDY = "gas"
+# The columns a table names first (with them, every key field that varies among its rows: identity.with_varying).
 KEYS = ["system", "preset", "precision", "devices", "micro_batch_size", "gas"]
 
 
@@ -29,34 +31,43 @@ run = study_runner(STUDY)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    """Throughput per (micro-batch, GAS) and the gain over GAS 1 at the same micro-batch."""
+    """Throughput per point (its latest record) and the gain over the smallest GAS of its configuration
+    (every key field but GAS: the same preset, sequence length, layout and micro-batch)."""
     if df.empty:
         return df
-    df = results.latest(df, KEYS).sort_values(KEYS).copy()
-    cols = KEYS + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", *energy.table_columns(df),
+    df = results.latest(identity.with_point_key(with_layout(df)))
+    keys = identity.with_varying(KEYS, df)
+    df = df.sort_values([k for k in keys if k in df.columns]).copy()
+    config = identity.config_key(df, "gas")
+    cols = keys + ["status", "global_batch_size", "tokens_per_s", "samples_per_s", *energy.table_columns(df),
                    "mfu_measured_pct", "reason", "record_id"]
-    df = df[[c for c in cols if c in df.columns]].reset_index(drop=True)
-    if "tokens_per_s" not in df.columns:  # no point measured (every one failed): no gain to compute
-        df["gain_vs_smallest_gas"] = float("nan")
-        return df
-    base = df[(df["gas"] == df.groupby(KEYS[:-1])["gas"].transform("min")) & (df["status"] == "ok")]
-    base = base.set_index(KEYS[:-1])["tokens_per_s"]
-    df["gain_vs_smallest_gas"] = [r.tokens_per_s / base.get(tuple(getattr(r, k) for k in KEYS[:-1]), float("nan"))
-                                  if r.status == "ok" else float("nan") for r in df.itertuples()]
-    return df
+    out = df[[c for c in dict.fromkeys(cols) if c in df.columns]].reset_index(drop=True)
+    config = config.reset_index(drop=True)
+    if "tokens_per_s" not in out.columns:  # no point measured (every one failed): no gain to compute
+        out["gain_vs_smallest_gas"] = float("nan")
+        return out
+    ok = out["status"] == "ok"
+    base: dict = {}
+    for i in out[ok].sort_values("gas", kind="stable").index:
+        base.setdefault(config[i], out.at[i, "tokens_per_s"])
+    out["gain_vs_smallest_gas"] = [out.at[i, "tokens_per_s"] / base.get(config[i], float("nan")) if ok[i]
+                                   else float("nan") for i in out.index]
+    return out
 
 
 def figures(df: pd.DataFrame) -> dict:
-    """Figure 6: tokens/s and samples/s against GAS, one line per micro-batch size."""
+    """Figure 6: tokens/s and samples/s against GAS, one line per configuration (micro-batch size, and any
+    other key field that varies: a second preset or sequence length is a line of its own)."""
     from accel_kit import plots
 
     if df.empty:
         return {}
-    ok = noise.with_spread(df, KEYS)  # the latest record per point, with its trials' and runs' spread
+    ok = noise.with_spread(identity.with_point_key(with_layout(df)))  # each point's latest record, with its spread
     ok = ok[ok["status"] == "ok"]
     if ok.empty:
         return {}
     group = ["system", "precision", "micro_batch_size"]
+    group += [f for f in identity.varying(ok) if f not in group + ["gas"]]
     figs = {
         "gas_tokens_per_s": plots.line(ok, x="gas", y="tokens_per_s", group=group, log_x=True,
                                        title="Training throughput against gradient accumulation steps",
@@ -73,17 +84,23 @@ def figures(df: pd.DataFrame) -> dict:
 
 
 def findings(df: pd.DataFrame) -> list[dict]:
-    """Per system, preset, precision and micro-batch: each larger GAS against the smallest, called a gain or
-    a loss only when the difference exceeds both points' spread (``accel_kit.noise``), else "within noise".
+    """Per configuration (every key field but GAS): each larger GAS against the smallest, with the
+    confidence interval of the ratio of their medians (``accel_kit.noise.ratio_text``): a gain or a loss
+    only when the interval excludes 1, else "within noise".
 
     Each finding is ``{"text", "record_ids"}`` (the notebook prints the text; the report cites the records).
     """
-    t = noise.with_spread(df, KEYS) if not df.empty else df
-    if t.empty:
+    t = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df
+    if t.empty or "tokens_per_s" not in t.columns:
         return []
     t = t[(t["status"] == "ok") & t["tokens_per_s"].notna()]
+    if t.empty:
+        return []
+    t = t.assign(_config=identity.config_key(t, "gas"))
+    named = ["preset", "precision"] + [f for f in identity.varying(t) if f not in ("system", "preset", "precision",
+                                                                                   "micro_batch_size", "gas")]
     out = []
-    for key, g in t.groupby(KEYS[:-1], sort=True):
+    for _, g in sorted(t.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0])):
         if g["gas"].nunique() < 2:
             continue
         g = g.sort_values("gas")
@@ -94,7 +111,8 @@ def findings(df: pd.DataFrame) -> list[dict]:
             verdict = noise.ratio_text(m, b)
             said = (f"GAS {int(row['gas'])} gives {verdict} the tokens/s of GAS {int(base['gas'])}"
                     if noise.differs(m, b) else f"GAS {int(row['gas'])} against GAS {int(base['gas'])}: {verdict}")
-            out.append({"text": f"{key[0]} ({key[1]}, {key[2]}, micro-batch {int(key[4])}): {said} "
+            where = identity.config_label(base, named)
+            out.append({"text": f"{base['system']} ({where}, micro-batch {int(base['micro_batch_size'])}): {said} "
                                 f"({m.text()} against {b.text()} tokens/s)",
                         "record_ids": [base["record_id"], row["record_id"]]})
     return out

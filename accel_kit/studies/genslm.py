@@ -36,13 +36,11 @@ from pydantic import Field, PositiveInt, field_validator
 from accel_kit import energy, noise, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
+from accel_kit.studies import identity
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "genslm"
-# A point's identity in tables (the most recent record of each wins).
-KEYS = ["system", "preset", "vocab_size", "precision", "micro_batch_size", "gas", "devices",
-        "activation_checkpointing", "attention_kernel", "seq_len"]
 UNIFORM_CODON_NATS = math.log(64)  # cross-entropy of a uniform guess over the 64 codons
 SYNTHETIC_SEED = 0  # the synthetic genomes are fixed data: their seed is not the training seed
 GENSLM_PRESETS = ["genslm-25m", "genslm-250m", "genslm-2.5b", "genslm-25b", "gpt2-13b", "genslm-gpt3-xl"]
@@ -164,7 +162,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
 def _ordered(df: pd.DataFrame) -> pd.DataFrame:
     """Latest record per point, by model size (preset table order) then length."""
     order = {name: i for i, name in enumerate(PRESETS)}
-    df = results.latest(df, [k for k in KEYS if k in df.columns])
+    df = results.latest(identity.with_point_key(df))
     return df.assign(_order=df["preset"].map(order)).sort_values(["system", "_order", "seq_len"]).drop(columns="_order")
 
 
@@ -182,7 +180,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "tokens_per_s", "samples_per_s_mean", *energy.table_columns(df), "tflops_per_device", "mfu_pct",
             "mfu_measured_pct", "mem_peak_gib", "mem_estimate_gib", "steps", "loss_last", "reason", "record_id"]
     df = _ordered(df)
-    return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+    cols = identity.with_varying(cols, df)  # with every key field that tells its rows apart
+    return df[[c for c in dict.fromkeys(cols) if c in df.columns]].reset_index(drop=True)
 
 
 def quality(df: pd.DataFrame) -> pd.DataFrame:
@@ -235,7 +234,7 @@ def figures(df: pd.DataFrame) -> dict:
     if df.empty:
         return {}
     latest = _ordered(df)
-    spread = noise.with_spread(df, [k for k in KEYS if k in df.columns]).set_index("record_id")
+    spread = noise.with_spread(identity.with_point_key(df)).set_index("record_id")
     latest = latest.join(spread[[c for c in spread.columns if c.endswith(("_lo", "_hi", "_spread"))]], on="record_id")
     ok = latest[latest["status"] == "ok"]
     if ok.empty:

@@ -24,6 +24,7 @@ from accel_kit.engine.point import BlockPoint, Direction, Impl
 from accel_kit.engine.sweep import PeakReference, run_sweep
 from accel_kit.params import Precision, StudyParams
 from accel_kit.precision import PRECISIONS
+from accel_kit.studies import identity
 from accel_kit.systems import System
 
 STUDY = "microbenchmark"
@@ -98,18 +99,21 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
 
 # ---- presentation -------------------------------------------------------------------------------
 
+# The columns a table names first (with them, every key field that varies among its rows: the preset, the
+# sequence length; ``identity.with_varying``).
 TABLE_KEYS = ["system", "impl", "precision", "batch_size", "direction"]
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per point: status, TFLOPS, MFU both ways, memory, spread."""
+    """One row per point (its latest record): status, TFLOPS, MFU both ways, memory, spread."""
     if df.empty:
         return df
-    df = results.latest(df, TABLE_KEYS)
-    cols = TABLE_KEYS + ["status", "tflops", *energy.table_columns(df, "flops"), "mfu_pct", "mfu_measured_pct",
-                         "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason", "record_id"]
-    cols = [c for c in cols if c in df.columns]
-    return df[cols].sort_values(TABLE_KEYS).reset_index(drop=True)
+    df = results.latest(identity.with_point_key(df))
+    keys = [k for k in identity.with_varying(TABLE_KEYS, df) if k in df.columns]
+    cols = keys + ["status", "tflops", *energy.table_columns(df, "flops"), "mfu_pct", "mfu_measured_pct",
+                   "time_median_s", "time_cv", "noisy", "mem_peak_gib", "reason", "record_id"]
+    cols = [c for c in dict.fromkeys(cols) if c in df.columns]
+    return df[cols].sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def figures(df: pd.DataFrame) -> dict:
@@ -118,8 +122,11 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty or "tflops" not in df.columns:
         return {}
-    ok = noise.with_spread(df, TABLE_KEYS)  # latest per point, with its spread
+    ok = noise.with_spread(identity.with_point_key(df))  # latest per point, with its spread
     ok = ok[ok["status"] == "ok"].copy()
+    # One colour per configuration: a second preset or sequence length is a group of its own.
+    group = ["system", "impl"] + [f for f in identity.varying(ok) if f not in
+                                  ("system", "impl", "batch_size", "precision", "direction")]
     titles = {"forward": "Forward pass", "forward_backward": "Forward + backward pass"}
     figs = {}
     for direction, title in titles.items():
@@ -127,18 +134,24 @@ def figures(df: pd.DataFrame) -> dict:
         if sub.empty:
             continue
         figs[f"microbenchmark_{direction}"] = plots.grouped_bars(
-            sub, x="batch_size", y="tflops", facet="precision", group=["system", "impl"],
-            title=f"{title} throughput of one {_layer_name(sub)} layer (seq {int(sub['seq_len'].iloc[0])})",
+            sub, x="batch_size", y="tflops", facet="precision", group=group,
+            title=f"{title} throughput of one {_layer_name(sub)} layer{_seq(sub)}",
             x_title="batch size", y_title="TFLOP/s", facet_order=["fp32", "fp16", "bf16"],
             hover=["mfu_pct", "mfu_measured_pct", "time_median_s", "mem_peak_gib"])
         if plots.has_values(sub, "flops_per_j"):  # beside it, where the device reads its energy
             measured = sub[sub["flops_per_j"].notna()]
             figs[f"microbenchmark_{direction}_energy"] = plots.grouped_bars(
                 measured.assign(gflops_per_j=measured["flops_per_j"] / 1e9), x="batch_size", y="gflops_per_j",
-                facet="precision", group=["system", "impl"], title=f"{title} energy efficiency of one {_layer_name(sub)} layer",
+                facet="precision", group=group, title=f"{title} energy efficiency of one {_layer_name(sub)} layer",
                 x_title="batch size", y_title="GFLOP / J", facet_order=["fp32", "fp16", "bf16"],
                 hover=["tflops", "power_avg_w", "energy_j"])
     return figs
+
+
+def _seq(df: pd.DataFrame) -> str:
+    """`` (seq 1024)`` where the rows share one sequence length (else each group names its own)."""
+    lengths = df["seq_len"].dropna().unique() if "seq_len" in df.columns else []
+    return f" (seq {int(lengths[0])})" if len(lengths) == 1 else ""
 
 
 def _layer_name(df: pd.DataFrame) -> str:

@@ -14,12 +14,15 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
+from accel_kit.studies import identity
 from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
 
 STUDY = "scaling"
+# The columns a table names first (with them, every key field that varies among its rows).
 KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices"]
-# A ratio's base: the smallest device count of the same configuration and layout.
-GROUP = ["system", "preset", "precision", *LAYOUT_FIELDS]
+# A ratio's base: the smallest device count of the same configuration (every key field but the device
+# count: ``identity.config_key(df, AXIS)``), layout included.
+AXIS = "devices"
 # The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
 SHOWN = ["system", "preset", "precision", "layout", "devices", "dp", "status", "global_batch_size", "tokens_per_s",
          "tokens_per_s_per_device", "speedup", "scaling_efficiency_pct", "mfu_measured_pct", "tokens_per_j",
@@ -39,14 +42,16 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table II: throughput, speedup and scaling efficiency per system and device count."""
     if df.empty:
         return df
-    df = results.latest(with_layout(df), KEYS).sort_values(KEYS)
+    df = results.latest(identity.with_point_key(with_layout(df)))
+    keys = identity.with_varying(KEYS, df)
+    df = df.sort_values(keys).assign(_config=lambda d: identity.config_key(d, AXIS))
     energy_cols = energy.table_columns(df)
     rows = []
-    for _, g in df.groupby(GROUP, sort=True):
+    for _, g in sorted(df.groupby("_config", sort=False), key=lambda kv: identity.order(kv[0])):
         ok = g[g["status"] == "ok"]
         base = ok.iloc[0] if not ok.empty else None
         for _, r in g.iterrows():
-            row = {k: r[k] for k in KEYS} | {"layout": r["layout"], "dp": r.get("dp"), "status": r["status"],
+            row = {k: r.get(k) for k in keys} | {"layout": r["layout"], "dp": r.get("dp"), "status": r["status"],
                                             "global_batch_size": r.get("global_batch_size"),
                                             "tokens_per_s": r.get("tokens_per_s"),
                                             "tokens_per_s_per_device": r.get("tokens_per_s_per_device"),
@@ -65,16 +70,19 @@ def figures(df: pd.DataFrame) -> dict:
     """Figure 5: tokens/s against device count, log-log, one line per system, model and layout."""
     from accel_kit import plots
 
-    ok = noise.with_spread(with_layout(df), KEYS) if not df.empty else df  # latest per point, with its spread
+    # Each point's latest record, with its spread.
+    ok = noise.with_spread(identity.with_point_key(with_layout(df))) if not df.empty else df
     ok = ok[ok["status"] == "ok"] if not ok.empty else ok
     if ok.empty:
         return {}
-    fig = plots.line(ok, x="devices", y="tokens_per_s", group=["system", "preset", "precision", "layout"],
+    group = ["system", "preset", "precision", "layout"]
+    group += [f for f in identity.varying(ok) if f not in group + [AXIS, *LAYOUT_FIELDS]]
+    fig = plots.line(ok, x="devices", y="tokens_per_s", group=group,
                      title="Training throughput against device count", x_title="devices",
                      y_title="tokens / s", log_x=True, log_y=True,
                      hover=["tokens_per_s_per_device", "mfu_measured_pct", "global_batch_size"])
     figs = {"scaling_throughput": fig}
-    per_j = plots.energy_line(ok, x="devices", group=["system", "preset", "precision", "layout"], log_x=True,
+    per_j = plots.energy_line(ok, x="devices", group=group, log_x=True,
                               title="Training energy efficiency against device count (all devices' energy)",
                               x_title="devices")
     if per_j is not None:

@@ -14,9 +14,11 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
+from accel_kit.studies import identity
 from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
 
 STUDY = "seq_length"
+# The columns a table names first (with them, every key field that varies among its rows).
 KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices", "seq_len"]
 # The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
 SHOWN = ["system", "preset", "precision", "layout", "devices", "seq_len", "status", "tokens_per_s",
@@ -37,10 +39,12 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """Table III: one row per length, with what did not fit and why."""
     if df.empty:
         return df
-    df = results.latest(with_layout(df), KEYS).sort_values(KEYS)
-    cols = KEYS + ["layout", "status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
+    df = results.latest(identity.with_point_key(with_layout(df)))
+    keys = identity.with_varying(KEYS, df)
+    df = df.sort_values(keys)
+    cols = keys + ["layout", "status", "tokens_per_s", "tokens_per_s_per_device", *energy.table_columns(df), "mem_peak_gib",
                    "mem_estimate_gib", "mfu_measured_pct", "reason", "record_id"]
-    return df[[c for c in cols if c in df.columns]].reset_index(drop=True)
+    return df[[c for c in dict.fromkeys(cols) if c in df.columns]].reset_index(drop=True)
 
 
 def figures(df: pd.DataFrame) -> dict:
@@ -51,11 +55,13 @@ def figures(df: pd.DataFrame) -> dict:
 
     if df.empty:
         return {}
-    latest = noise.with_spread(with_layout(df), KEYS)  # latest per point, with its spread
+    latest = noise.with_spread(identity.with_point_key(with_layout(df)))  # latest per point, with its spread
     ok = latest[latest["status"] == "ok"]
+    group = ["system", "preset", "layout", "devices"]
+    group += [f for f in identity.varying(ok) if f not in group + ["seq_len", *LAYOUT_FIELDS]]
     figs = {}
     if not ok.empty:
-        fig = plots.line(ok, x="seq_len", y="tokens_per_s", group=["system", "preset", "layout", "devices"],
+        fig = plots.line(ok, x="seq_len", y="tokens_per_s", group=group,
                          title="Training throughput against sequence length", x_title="sequence length (tokens)",
                          y_title="tokens / s", log_x=True, hover=["mem_peak_gib", "mfu_measured_pct"])
         failed = latest[latest["status"] != "ok"]
@@ -67,12 +73,12 @@ def figures(df: pd.DataFrame) -> dict:
         plots.swept_ticks(fig, latest["seq_len"])  # the failed lengths too
         figs["seq_length_throughput"] = fig
         if ok["mem_peak_gib"].notna().any():
-            mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=["system", "preset", "layout", "devices"],
+            mem = plots.line(ok, x="seq_len", y="mem_peak_gib", group=group,
                              title="Peak memory per device against sequence length",
                              x_title="sequence length (tokens)", y_title="GiB", log_x=True)
             plots.swept_ticks(mem, latest["seq_len"])
             figs["seq_length_memory"] = mem
-        per_j = plots.energy_line(ok, x="seq_len", group=["system", "preset", "layout", "devices"], log_x=True,
+        per_j = plots.energy_line(ok, x="seq_len", group=group, log_x=True,
                                   title="Training energy efficiency against sequence length",
                                   x_title="sequence length (tokens)")
         if per_j is not None:

@@ -29,11 +29,13 @@ from pydantic import Field
 
 from accel_kit import energy, noise, results
 from accel_kit.models import check_preset
+from accel_kit.studies import identity
 from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "sparsity"
-# A sparse point and its dense baseline share all of these.
+# The columns a table names (with them, every key field that varies among its rows); a sparse point's
+# dense baseline shares every key field but the sparsity's (``identity.config_key``).
 GROUP = ["system", "preset", "precision", "micro_batch_size", "seq_len", "steps", "warmup_steps", "sparse_kernels",
          "dense_finetune_steps", "data"]
 KEYS = GROUP + ["sparsity_pattern", "sparsity"]
@@ -140,7 +142,7 @@ def _filled(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _latest(df: pd.DataFrame) -> pd.DataFrame:
-    return results.latest(_filled(df), KEYS)
+    return results.latest(identity.with_point_key(_filled(df)))
 
 
 def gap_band(losses, dense, gap: float) -> tuple[float, float]:
@@ -196,17 +198,21 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     """
     if df.empty:
         return df
-    df = noise.with_spread(_filled(df), KEYS, ["tokens_per_s", "tokens_per_j"])  # latest per point, its spread
+    # Each point's latest record, with its spread.
+    df = noise.with_spread(identity.with_point_key(_filled(df)), ["tokens_per_s", "tokens_per_j"])
     df = df.sort_values(GROUP + ["sparsity_pattern", "sparsity"], na_position="first")
     df["_loss_curve_run"] = loss_curve_rows(df)
+    # A sparse point's dense baseline: the same configuration, every key field but the sparsity's.
+    df["_config"] = identity.config_key(df, ["sparsity", "sparsity_pattern"])
+    keys = identity.with_varying(KEYS, df)
     energy_cols = energy.table_columns(df)
     rows = []
-    for _, g in df.groupby(GROUP, dropna=False, sort=False):
+    for _, g in df.groupby("_config", dropna=False, sort=False):
         dense = g[(g["sparsity"] == 0) & (g["status"] == "ok")]
         base = dense.iloc[0] if not dense.empty else None
         for _, r in g.iterrows():
             ok = r["status"] == "ok"
-            row = {k: r.get(k) for k in KEYS} | {
+            row = {k: r.get(k) for k in keys} | {
                 "config": config_label(r["sparsity_pattern"], r["sparsity"]),
                 "status": r["status"],
                 "sparsity_measured": r.get("sparsity_measured"),
