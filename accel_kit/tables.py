@@ -105,7 +105,7 @@ def readable(table: pd.DataFrame, records: pd.DataFrame, shown: list[str] | None
     if shown is not None:
         apart = _telling_apart(table, shown)
         table = table[[c for c in table.columns if c in shown or c in apart or c == "record_id"]]
-    from accel_kit.studies.identity import with_point_key  # (the module alone: the studies' face imports this one)
+    from accel_kit.identity import with_point_key  # (the module alone: the studies' face imports this one)
 
     spread = noise.with_spread(with_point_key(records)) if "record_id" in table.columns else pd.DataFrame()
     spread = spread.set_index("record_id") if not spread.empty else spread
@@ -166,7 +166,7 @@ def busy_cells(table: pd.DataFrame, records: pd.DataFrame) -> list[str] | None:
 def _telling_apart(table: pd.DataFrame, shown: list[str]) -> list[str]:
     """The key fields of ``table`` outside ``shown`` that vary among its rows (a layout field is told by the
     ``layout`` label where that is shown)."""
-    from accel_kit.studies.identity import varying
+    from accel_kit.identity import varying
 
     layout = set(results.LAYOUT_DEFAULTS) if "layout" in shown else set()
     return [f for f in varying(table) if f not in shown and f not in layout]

@@ -24,6 +24,7 @@ from accel_kit.engine.result import Result
 from accel_kit.metrics import Metric
 from accel_kit.params import StudyParams
 from accel_kit.studies import register_study
+from accel_kit import identity
 
 KIND = "inference_points:offline_generation"  # a "module:Name" kind: the worker imports this module to find it
 STUDY = "inference_test"
@@ -151,12 +152,15 @@ TABLE_KEYS = ["system", "preset", "precision", "batch_size", "prompt_len"]
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
+    """The latest record of each point (the one identity, ``results.point_key_of``), with every key field that
+    varies among the rows shown beside the table's own."""
     if df.empty:
         return df
-    df = results.latest(df, TABLE_KEYS)
-    cols = [c for c in TABLE_KEYS + ["status", "generated_tokens_per_s", "time_per_output_token_s", "reason",
+    df = results.latest(df)
+    keys = identity.with_varying(TABLE_KEYS, df)
+    cols = [c for c in keys + ["status", "generated_tokens_per_s", "time_per_output_token_s", "reason",
                                      "record_id"] if c in df.columns]
-    return df[cols].sort_values(TABLE_KEYS).reset_index(drop=True)
+    return df[cols].sort_values([k for k in keys if k in df.columns]).reset_index(drop=True)
 
 
 def figures(df: pd.DataFrame) -> dict:

@@ -97,7 +97,7 @@ MFU_MEASURED: Quantity = ("MFU, measured peak", metric("mfu_measured_pct", R.fmt
 def base_record(t: pd.DataFrame, row: pd.Series, axis: str) -> list[str]:
     """The record of the smallest ``axis`` value with status ok in ``row``'s configuration (every key field
     but ``axis``: ``identity.config_key``): the base of a ratio."""
-    from accel_kit.studies import identity
+    from accel_kit import identity
 
     configs = identity.config_key(t, axis)
     mine = identity.config_key(t.loc[[row.name]], axis).iloc[0] if row.name in t.index else None

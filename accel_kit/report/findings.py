@@ -17,7 +17,7 @@ from accel_kit import noise
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
-from accel_kit.studies import identity
+from accel_kit import identity
 from accel_kit.studies._training import LAYOUT_FIELDS
 
 # study -> (metric, unit, the parameters a finding names of a point). Two records are compared when they

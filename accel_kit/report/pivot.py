@@ -56,7 +56,7 @@ def _columns(ctx: Context, t: pd.DataFrame, split_precision: bool) -> tuple[list
 def _row_keys(t: pd.DataFrame, base: list[str], extra: list[str]) -> list[str]:
     """``base``, plus each ``extra`` key, then each key field of the points (``identity.key_fields``), that
     tells apart two rows that would share a cell: two presets or sequence lengths are two rows, never one."""
-    from accel_kit.studies import identity
+    from accel_kit import identity
 
     keys = [k for k in base if k in t.columns]
     fields = [f for f in identity.key_fields(t) if f not in ("system", "precision")] if not t.empty else []

@@ -24,7 +24,7 @@ from accel_kit.engine.point import BlockPoint, Direction, Impl
 from accel_kit.engine.sweep import PeakReference, run_sweep
 from accel_kit.params import Precision, StudyParams
 from accel_kit.precision import PRECISIONS
-from accel_kit.studies import identity
+from accel_kit import identity
 from accel_kit.systems import System
 
 STUDY = "microbenchmark"

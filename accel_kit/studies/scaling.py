@@ -14,7 +14,7 @@ import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
-from accel_kit.studies import identity
+from accel_kit import identity
 from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
 
 STUDY = "scaling"

@@ -17,20 +17,22 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from accel_kit.engine.point import KEY_DEFAULTS, NOT_IN_KEY, BlockPoint, TrainPoint
+from accel_kit.engine.kinds import point_classes
+from accel_kit.engine.point import KEY_DEFAULTS, NOT_IN_KEY
 
-# Each record kind's point class: its fields, less those not in the key, are what a point is.
-POINT_CLASSES = {"train": TrainPoint, "block": BlockPoint}
 # The kind is the same for every point of a study; the system is named first, apart.
 _NOT_SHOWN = {"kind", "system"}
 
 
 def key_fields(df: pd.DataFrame) -> list[str]:
     """The key's fields that ``df``'s records carry, the system first, then each kind's in declaration order."""
-    kinds = [k for k in (df["kind"].dropna().unique() if "kind" in df.columns else []) if k in POINT_CLASSES]
+    # Each kind's point class (the kinds' registry: a kind registered since is known too): its fields, less
+    # those not in the key, are what a point is.
+    classes = point_classes()
+    kinds = [k for k in (df["kind"].dropna().unique() if "kind" in df.columns else []) if k in classes]
     fields = ["system"]
-    for kind in kinds or list(POINT_CLASSES):  # (a frame without kinds: any kind's fields it carries)
-        fields += [f for f in POINT_CLASSES[kind].model_fields if f not in NOT_IN_KEY and f not in _NOT_SHOWN]
+    for kind in kinds or list(classes):  # (a frame without kinds: any kind's fields it carries)
+        fields += [f for f in classes[kind].model_fields if f not in NOT_IN_KEY and f not in _NOT_SHOWN]
     return [f for f in dict.fromkeys(fields) if f in df.columns]
 
 
