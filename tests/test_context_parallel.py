@@ -18,6 +18,7 @@ import torch.distributed as dist
 from accel_kit.engine.layout import check_layout, data_rank, mesh_text
 from accel_kit.engine.point import TrainPoint
 from accel_kit.errors import ParameterError
+from accel_kit.engine.worker import end_group
 from cli_checks import fail_one_line
 from ranks import rendezvous, spawn
 
@@ -196,7 +197,8 @@ def _cp_ranks(rank, world, meet, out):
                 "losses": [trainer.step() for _ in range(STEPS)], "lengths": lengths,
                 "positions_restored": all(t.shape[d] == SEQ for t, d in trainer.position_buffers)}
         trained.append((preset, point, model, vocab))
-    dist.destroy_process_group()
+    del trainer, cp_model  # the reducer lets go of the group first (worker.end_group says why)
+    end_group()
     # one process on the whole sequence, the reference: each rank trains one family's, side by side
     preset, point, model, vocab = trained[rank]
     single = Trainer(model(), iter(point_batches(point, vocab, 0)), torch.device("cpu"), "fp32", point.gas,

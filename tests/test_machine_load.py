@@ -12,6 +12,7 @@ from ranks import rendezvous, spawn
 
 from accel_kit import machine_load
 from accel_kit.machine_load import Sample, fields, is_busy
+from accel_kit.engine.worker import end_group
 
 TICK_S = machine_load._TICK_S
 
@@ -145,7 +146,7 @@ def _ranks_of_one_host(rank, meet, out):
     alone = machine_load.point_fields(before, after, torch.device("cpu"), 2, rank, 0)
     if rank == 0:
         torch.save({"one_host": got, "two_hosts": alone}, out)
-    dist.destroy_process_group()
+    end_group()
 
 
 @pytest.mark.slow  # two processes joining a gloo group

@@ -16,6 +16,7 @@ from accel_kit.engine.layout import check_layout, data_rank
 from accel_kit.engine.point import TrainPoint
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import group_rows_by_shard
+from accel_kit.engine.worker import end_group
 from cli_checks import fail_one_line
 from ranks import rendezvous, spawn
 
@@ -90,7 +91,7 @@ def _ranks(rank, world, points, meets, out):
     for point, meet in zip(points, meets):  # one process group per point, as each worker has its own
         os.environ.update(meet)
         results.append(run_point(point, rank, world, rank).model_dump())
-        dist.destroy_process_group()
+        end_group()
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f, default=str)

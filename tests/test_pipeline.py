@@ -18,6 +18,7 @@ from accel_kit.engine.pipeline import split_stage, tied_parameters
 from accel_kit.errors import ParameterError
 from accel_kit.models import family_of, get_config
 from accel_kit.models.gpt2.model import GPTConfig
+from accel_kit.engine.worker import end_group
 from ranks import rendezvous, spawn
 from test_parallel import SEQ, VOCAB, _assert_same_losses, _losses, _point
 
@@ -123,7 +124,7 @@ def _groups(rank, jobs, out_dir):
     for index, (point, meet, group_rank, size) in enumerate(jobs[rank]):
         os.environ.update(meet)
         result = _run(point, group_rank, size, group_rank)
-        dist.destroy_process_group()
+        end_group()
         if group_rank == 0:
             results.append([index, result])
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:

@@ -71,14 +71,6 @@ def test_gradient_bytes_follow_the_precision_the_model_is_held_in():
         assert shape.grad_bytes() == per * shape.n_params, (precision, engine)
 
 
-def test_the_model_module_still_names_the_predictor_and_its_parts():
-    from accel_kit.predict import fits, model, predictor, records, shape
-
-    assert model.Predictor is predictor.Predictor and model.shape_for is shape.shape_for
-    assert model.fit_compute is fits.fit_compute and model.shape_of_record is records.shape_of_record
-    assert model.nnls_relative is nnls_relative and model.TERMS == TERMS
-
-
 # ------------------------------------------------------------------ the fit, on a known answer
 
 def _record(system, study, shape, step_s, mem_gib, threads=2):

@@ -9,6 +9,7 @@ from accel_kit.engine import NonFiniteLoss, OptimConfig, Trainer, learning_rate
 from accel_kit.engine.launch import distributed_env, render_jobscript, worker_command
 from accel_kit.engine.point import NOT_IN_KEY, TrainPoint
 from accel_kit.peaks import MeasuredPeak
+from accel_kit.engine.worker import end_group
 from numerics import assert_close_sums, eps, gpt_forward_terms
 from ranks import rendezvous, spawn
 
@@ -99,7 +100,8 @@ def _ddp_rank(rank, world, meet, out):
     trainer.step()
     if rank == 0:
         torch.save({"state": {k: v.detach() for k, v in model.module.state_dict().items()}, "grads": grads}, out)
-    dist.destroy_process_group()
+    del trainer, model  # the reducer lets go of the group first (worker.end_group says why)
+    end_group()
 
 
 @pytest.mark.slow  # two spawned gloo processes: about 9 s on 2 cores

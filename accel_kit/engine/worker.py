@@ -14,6 +14,7 @@ statuses, not raised; anything unexpected keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -79,8 +80,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"accel_kit.engine.worker: error: {exc}", file=sys.stderr)
             return 2
     if world > 1 and dist.is_initialized():
-        dist.destroy_process_group()
+        end_group()
     return 0
+
+
+def end_group() -> None:
+    """Destroy the process group once nothing else holds it.
+
+    A DDP model's reducer keeps the group alive; freed after the group was destroyed, the reducer's
+    destructor (a pybind11 binding that keeps the GIL) ends gloo's group and joins its threads, and a
+    thread still freeing a finished work waits for the GIL it holds: the rank hangs (seen in a two-rank
+    test, pytorch/pytorch#56297). Collected first, the reducer lets go while the group is still
+    registered, and the group's own binding releases the GIL as it ends it.
+    """
+    gc.collect()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
