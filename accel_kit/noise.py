@@ -221,8 +221,12 @@ class Comparison:
 
 def compare(a: Measured, b: Measured) -> Comparison:
     """``a`` against ``b`` (``ratio_ci`` over their samples)."""
-    ratio = a.value / b.value if b.value else math.nan
-    return Comparison(ratio, ratio_ci(a.samples, b.samples), a.busy or b.busy)
+    ci = ratio_ci(a.samples, b.samples)
+    if ci is not None:  # the ratio printed is the quantity the interval is of: the ratio of the two medians
+        ratio = statistics.median(a.samples) / statistics.median(b.samples)
+    else:
+        ratio = a.value / b.value if b.value else math.nan
+    return Comparison(ratio, ci, a.busy or b.busy)
 
 
 def differs(a: Measured, b: Measured) -> bool | None:
