@@ -216,6 +216,16 @@ def test_a_server_whose_preload_fails_is_not_used_and_its_points_exec(probe_path
     assert result["status"] == "ok" and result["env"]["point_start"] == "exec", result
 
 
+def test_a_server_whose_preload_hangs_is_given_up_at_its_start_timeout(monkeypatch, tmp_path):
+    (tmp_path / "hangs_at_import.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    started = time.monotonic()
+    with pytest.raises(forkserver.ServerGone, match="forked nothing within 2 s"):
+        forkserver.ForkServer(dict(os.environ), (*forkserver.PRELOAD, "hangs_at_import"), start_timeout_s=2)
+    # given up at its bound (not the import's 600 s), the hung server killed rather than waited for
+    assert time.monotonic() - started < 120
+
+
 @pytest.mark.slow
 def test_cpu_isa_override_starts_another_server(probe_path, monkeypatch):
     point = Probe(system="cpu", precision="fp32")

@@ -190,6 +190,10 @@ class _RankPopen(popen_forkserver.Popen):
         self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
+        # The server answers with the child's pid once it has forked it, which a new server does only after its
+        # preload: an import that hangs there would hold this read (and the sweep) for good, so it is bounded.
+        if not connection.wait([self.sentinel], self._server.start_timeout_s):
+            raise ServerGone(f"the fork server forked nothing within {self._server.start_timeout_s:.0f} s")
         self.pid = mp_forkserver.read_signed(self.sentinel)
 
 
@@ -214,6 +218,7 @@ class ForkServer(mp_forkserver.ForkServer):
         """Start the server with ``env`` (the point's environment; the child-applied variables left out)
         and check that it forks (``status``); raises ServerGone where it does not."""
         super().__init__()
+        self.start_timeout_s = start_timeout_s
         self.modules = tuple(dict.fromkeys(modules))
         self.set_forkserver_preload(list(self.modules))
         self.proc: subprocess.Popen | None = None
@@ -222,8 +227,11 @@ class ForkServer(mp_forkserver.ForkServer):
         try:
             self.ready = self.status(timeout_s=start_timeout_s)
         except ServerGone as exc:
+            status = self.proc.poll()
+            if status is None:  # still in its preload (an import that hangs): closing its pipe would not end it
+                self.proc.kill()
             self.close()
-            raise ServerGone(f"the fork server did not start (exit status {self.proc.poll()}): {exc}") from exc
+            raise ServerGone(f"the fork server did not start (exit status {status}): {exc}") from exc
 
     def _start(self, env: dict[str, str]) -> None:
         """``ensure_running``'s start of multiprocessing's server loop, but with ``env`` (ensure_running
