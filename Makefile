@@ -11,18 +11,28 @@ OUTPUTS  ?= outputs
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 STUDY_NOTEBOOKS := $(filter-out notebooks/report.ipynb,$(NOTEBOOKS))
 CONSTRAINTS ?= constraints-cpu.txt
-PIP      := $(BIN)/python -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS)
+# Installs go through uv (pip's interface, a well-kept installer), bootstrapped into each venv by pip: its parallel
+# downloads and unpacking build the main environment in about 10 s and the Cerebras one in about 25 s, where pip
+# took 2-3 minutes for the two (the largest part of make test on a fresh clone). uv reads no pip configuration, so
+# the wheel folders a machine names in PIP_FIND_LINKS (where a CPU build of torch may lie) are passed on.
+UV_VERSION ?= uv>=0.9,<1
+FIND_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
+uv_install = $(1)/uv pip install --python $(1)/python -q $(FIND_LINKS)
+PIP      := $(call uv_install,$(BIN)) -c $(CONSTRAINTS)
 
 .PHONY: install run test test-fast lab strip-notebooks clean-outputs cerebras test-cerebras
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --disable-pip-version-check -q '$(UV_VERSION)'
+
 # Both environments install accel-kit editable, and each such install rewrites accel_kit.egg-info/ in the
 # checkout: make test builds them side by side, so that step takes a lock (flock, where there is one).
 EDITABLE_LOCK := $(if $(shell command -v flock 2>/dev/null),flock .editable.lock)
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(BIN)/uv
 	$(PIP) torch
 	$(EDITABLE_LOCK) $(PIP) -e '.[dev]'
 	touch $@
@@ -49,9 +59,8 @@ run: install
 # (make run runs the quick one), one pytest worker per core (TEST_WORKERS); results go to a scratch folder.
 # Meanwhile, in the background, the Cerebras environment is built and its tests run (test-cerebras); their
 # output is printed after the main tests'. CEREBRAS=0 leaves both out. The build starts before the main
-# install, not after it: each pip install is mostly one core's work (downloads, unpacking), so the two
-# share the 2 cores there, and the main tests compete only with the Cerebras tests (the build is a 5.7 GB
-# download; beside the main tests it had slowed them by about 2 minutes).
+# install, not after it: the two installs share the cores for their seconds of unpacking (the Cerebras one is
+# a 5.7 GB download), and the main tests compete only with the Cerebras tests.
 CEREBRAS ?= 1
 # pytest-xdist workers: one per core (a third on 2 cores was slower: the tests are CPU-bound).
 TEST_WORKERS ?= auto
@@ -90,16 +99,19 @@ CEREBRAS_KERNEL ?= accel-kit-cerebras
 $(CEREBRAS_BIN)/python:
 	$(PYTHON) -m venv $(CEREBRAS_VENV)
 
+$(CEREBRAS_BIN)/uv: | $(CEREBRAS_BIN)/python
+	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q '$(UV_VERSION)'
+
 # First cerebras-pytorch with its torch and accel-kit's dependencies (the long part; no lock), then accel-kit
 # editable, its dependencies there already (its egg-info, locked). Without tomllib (Python 3.10) the second
 # step installs the dependencies.
 PROJECT_DEPS = $(shell $(PYTHON) -c "import shlex, tomllib; print(shlex.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" 2>/dev/null)
-$(CEREBRAS_VENV)/.sdk: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/python
-	$(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt cerebras-pytorch pytest $(PROJECT_DEPS)
+$(CEREBRAS_VENV)/.sdk: pyproject.toml constraints-cerebras.txt | $(CEREBRAS_BIN)/uv
+	$(call uv_install,$(CEREBRAS_BIN)) -c constraints-cerebras.txt cerebras-pytorch pytest $(PROJECT_DEPS)
 	touch $@
 
 $(CEREBRAS_VENV)/.installed: pyproject.toml constraints-cerebras.txt $(CEREBRAS_VENV)/.sdk
-	$(EDITABLE_LOCK) $(CEREBRAS_BIN)/python -m pip install --disable-pip-version-check -q -c constraints-cerebras.txt -e '.[cerebras]' pytest
+	$(EDITABLE_LOCK) $(call uv_install,$(CEREBRAS_BIN)) -c constraints-cerebras.txt -e '.[cerebras]' pytest
 	touch $@
 
 # The kernel is its own target, so that an environment built before it lived in the prefix gets it there too.

@@ -51,6 +51,8 @@ class TrainMeasurement(KindMeasurement):
         self.cfg = cfg = get_config(point.preset, **self.overrides)
         self.shape = self.family.shape(cfg)
         self.n_params = count_params(point.preset, **self.overrides)
+        # A MoE model's tokens each multiply only their routed experts' weights: its FLOPs are counted on these.
+        self.n_params_active = self.n_params - self.family.inactive_weight_count(cfg)
         # Our families' formulas, or (hf:) one forward and backward of the micro-batch counted on fake tensors.
         self.flop_terms = self.family.flop_terms(cfg, point.seq_len, micro_batch=point.micro_batch_size)
         self.flops_per_token = self.flop_terms.total()
@@ -64,7 +66,7 @@ class TrainMeasurement(KindMeasurement):
         self.flops_per_call_per_device = share(self.flops_per_token * self.tokens_per_call, point.devices)
         # The shape that ran: presets of one name may differ between vendors (GPT-2 XL: 25 heads here and in
         # transformers, 16 in the Cerebras ModelZoo's gpt2_xl; preset gpt2-xl-16h).
-        self.base = self.shape.record() | {"n_params": self.n_params,
+        self.base = self.shape.record() | {"n_params": self.n_params, "n_params_active": self.n_params_active,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
                      "global_batch_size": point.global_batch_size,
                      "dp": point.data_parallel_size, "mesh": mesh_text(point),

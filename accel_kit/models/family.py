@@ -81,6 +81,9 @@ class AttentionShape:
     head_dim: int
 
 
+MOE_FIELDS = ("n_experts", "experts_per_token", "expert_ffn_hidden_size", "n_shared_experts", "n_moe_layers")
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """The shape that ran, family-neutral: what records and the predictor read.
@@ -100,15 +103,26 @@ class ModelShape:
     vocab_size_model: int
     vocab_size: int
     architecture: str | None = None  # transformers' class that ran (the hf family); None: our family's own model
+    # Mixture of experts (0 for a dense model): routed experts per MoE layer, the experts each token is routed
+    # to (top-k), one expert's inner width, the experts every token passes through besides (shared experts),
+    # and how many of the n_layers are MoE layers (the rest keep a dense MLP of ffn_hidden_size).
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn_hidden_size: int = 0
+    n_shared_experts: int = 0
+    n_moe_layers: int = 0
 
     def record(self) -> dict[str, Any]:
         """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
         the tokenizer's vocabulary is a point parameter already, so it is left out, and so is an
-        architecture our family's name already says."""
+        architecture our family's name already says, and the expert fields of a dense model."""
         fields = asdict(self)
         del fields["vocab_size"]
         if fields["architecture"] is None:
             del fields["architecture"]
+        if not self.n_experts:
+            for name in MOE_FIELDS:
+                del fields[name]
         return fields
 
     @property
@@ -274,7 +288,14 @@ class Family(ABC):
 
     @abstractmethod
     def layer_weight_count(self, cfg: Any) -> int:
-        """Weights of one layer's linears (the microbenchmark's memory floor)."""
+        """Weights of one layer's linears that occupy memory (the microbenchmark's memory floor): every
+        expert of a mixture-of-experts layer, not only those a token is routed to."""
+
+    def inactive_weight_count(self, cfg: Any) -> int:
+        """Parameters of the whole model that a token does not multiply: the routed experts beyond its top-k,
+        in every MoE layer. ``n_params - inactive_weight_count`` is the active count (``n_params_active``),
+        the weights a token's FLOPs are counted on. 0 for a dense model."""
+        return 0
 
     # --- structure
 

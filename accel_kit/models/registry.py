@@ -115,3 +115,10 @@ def count_params(preset: str, **overrides: Any) -> int:
     cfg = get_config(preset, **overrides)
     with torch.device("meta"):
         return family_of(cfg).build(cfg).num_params()
+
+
+def count_active_params(preset: str, **overrides: Any) -> int:
+    """Parameters a token multiplies (``count_params`` less the routed experts beyond its top-k); equal to
+    ``count_params`` for a dense model."""
+    cfg = get_config(preset, **overrides)
+    return count_params(preset, **overrides) - family_of(cfg).inactive_weight_count(cfg)

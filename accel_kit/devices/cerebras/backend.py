@@ -1,12 +1,12 @@
 """The process's one cstorch backend (CPU, or CSX with its ``ClusterConfig``) and cstorch's mixed precision."""
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
 import sys
 import tempfile
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,11 @@ def open_backend(options: CerebrasOptions, point: Any):
     artifact_dir = options.artifact_dir
     if artifact_dir is None:
         artifact_dir = tempfile.mkdtemp(prefix="accel-kit-cstorch-")
-        atexit.register(shutil.rmtree, artifact_dir, ignore_errors=True)
+        # Removed at the process's end. Not by atexit: a rank forked by the point server ends through
+        # multiprocessing's bootstrap and os._exit, which skip atexit but run multiprocessing's own
+        # exit finalizers (registered with atexit in a plain interpreter too).
+        mp_util.Finalize(None, shutil.rmtree, args=(artifact_dir,), kwargs={"ignore_errors": True},
+                         exitpriority=0)
     if options.backend == "CPU":
         return cstorch.backend("CPU", artifact_dir=artifact_dir)
     return _open_csx(options, point, artifact_dir)
