@@ -62,7 +62,7 @@ def test_kill_and_resume(out_dir):
     args = [sys.executable, "-m", "accel_kit.cli", "run", "gas", "--system", "cpu", "--profile", "quick", "-q",
             "--no-figures", "-p", "gas_values", "[1, 2, 3]", "-p", "micro_batch_sizes", "[1, 2]", "-p", "seq_len",
             "32", "-p", "vocab_size", "128", "-p", "data", "synthetic", "-p", "measure_peak", "false",
-            "-p", "precision", "bf16",  # fixed: auto re-probes per run, and a busy machine may tip it
+            "-p", "precision", "fp32",  # fixed: auto re-probes per run (and fp32 is fast on every CPU kind)
             # The points run micro-batch-major: the two recorded before the kill are the two smallest
             # (GAS 1 and 2 at micro-batch 1), the four left hold 5/6 of the steps' work, each a fork, a
             # model built and 8 optimizer steps (over 100 ms): the kill, a poll (20 ms) after the second
