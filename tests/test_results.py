@@ -61,16 +61,20 @@ def test_kill_during_appends_leaves_only_whole_records(tmp_path):
         while True:
             results.append_record({str(path)!r}, rec)
     """)
+    import time
+
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
-        for _ in range(200):
-            if path.exists() and path.stat().st_size > 200_000:
-                break
-            import time
+        # Until about ten records are written: bounded by time only against a hang, as a busy 2-core machine may
+        # take many seconds to start the child's interpreter and imports.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (path.exists() and path.stat().st_size > 200_000):
             time.sleep(0.02)
+        assert proc.poll() is None, "the appending child ended before it was killed"
     finally:
         proc.kill()
         proc.wait()
+    assert path.exists(), "the child wrote no record within 300 s"
     n = sum(1 for _ in results.iter_records(path))
     assert n >= 1
     results.append_record(path, _record(9))
