@@ -56,7 +56,7 @@ RUNS = {
 # The twin: three studies, one device and the length that fits (its other points read "not run").
 TWIN_RUNS = {"microbenchmark": RUNS["microbenchmark"], "scaling": dict(TRAIN, device_counts=[1]),
              "seq_length": dict(NO_SEQ, seq_lens=[16])}
-TABLES = ["systems-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
+TABLES = ["systems-table", "models-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
           "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "what-if-errors", "records-table"]
 FIGURES = ["figure-3-plot", "figure-4-plot", "figure-5-plot", "figure-6-plot", "figure-7-plot", "figure-8-plot",
            "figure-8-gap", "what-if-plot"]
@@ -331,7 +331,22 @@ def test_page_sections_tables_and_figures_in_the_papers_order(machines, tmp_path
     rep = report.build_report([a, b], out=tmp_path / "r.html")
     text = rep.path.read_text()
     manifest = json.loads(text.split('id="report-manifest">', 1)[1].split("</script>", 1)[0])
-    assert manifest["sections"] == ["systems", "findings", "table-2", "table-3", "table-4", "figure-3", "figure-4",
+    assert manifest["sections"] == ["systems", "findings", "models", "table-2", "table-3", "table-4", "figure-3", "figure-4",
                                     "figure-5", "figure-6", "figure-7", "figure-8", "what-if"]
     assert sorted(manifest["tables"]) == sorted(TABLES) and sorted(manifest["figures"]) == sorted(FIGURES)
     assert list(rep.rendered) == manifest["sections"]
+
+
+def test_models_table_shows_active_beside_total_parameters(machines, tmp_path):
+    from accel_kit.report.models_section import _cells
+
+    moe = {"record_id": "r1", "metrics": {"family": "moe", "n_layers": 32, "hidden_size": 4096,
+                                          "n_params": 46_702_792_704, "n_params_active": 12_879_921_152,
+                                          "n_experts": 8, "experts_per_token": 2, "n_shared_experts": 0}}
+    assert [c.text for c in _cells(moe)] == ["moe", "32 x 4096", "46.7B", "12.9B (28%)", "8, 2, 0"]
+    dense = {"record_id": "r2", "metrics": {"family": "gpt2", "n_layers": 2, "hidden_size": 64, "n_params": 110_336}}
+    assert [c.text for c in _cells(dense)][2:] == ["110,336", "110,336", "dense"]
+    # on the page: one row per model that trained, citing its record
+    text = report.build_report(list(machines), out=tmp_path / "r.html").path.read_text()
+    table = text.split('id="models-table"', 1)[1].split("</table>", 1)[0]
+    assert "dense" in table and "gpt2-debug" in table

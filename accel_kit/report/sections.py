@@ -14,12 +14,14 @@ from typing import Callable
 from accel_kit.report.context import Context, Section
 from accel_kit.report.figures import (figure_3_forward, figure_4_backward, figure_5_scaling, figure_6_gas,
                                       figure_7_sparsity_throughput, figure_8_sparsity_loss)
+from accel_kit.report.models_section import models_section
 from accel_kit.report.systems_section import systems_section
 from accel_kit.report.tables import table_ii_scaling, table_iii_seq_length, table_iv_genslm
 from accel_kit.report.what_if import what_if_held_out
 
 SECTIONS: list[Callable[[Context], Section]] = [
     systems_section,
+    models_section,
     # findings are computed after the tables they summarise; the page shows them second (see build_report)
     table_ii_scaling,
     table_iii_seq_length,
