@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -20,7 +21,7 @@ from torch import nn
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
 from accel_kit.models.hf.config import PREFIX, HFConfig, config_file, load, transformers_config
-from accel_kit.models.hf.model import HFCausalLM, decoder_layers, layer_matmuls
+from accel_kit.models.hf.model import HFCausalLM, decoder_layers, expert_modules, layer_matmuls
 
 
 @lru_cache(maxsize=32)
@@ -32,12 +33,29 @@ def _counted(cfg: HFConfig, seq_len: int, micro_batch: int) -> tuple[FlopTerms, 
                             n_layers=cfg.n_layers, n_heads=cfg.n_heads, head_dim=cfg.head_dim)
 
 
+@dataclass(frozen=True)
+class _Structure:
+    """What the family reads off transformers' model of a config, built once on the meta device."""
+
+    first_layer_matmuls: tuple[tuple[str, int, int], ...]  # (name, in, out) of the first decoder layer's linears
+    layer_weights: int  # a decoder layer's linears and experts, the mean over the layers (dense and MoE alike)
+    routed_expert_params: int  # one routed expert's parameters (its biases included: gpt-oss); 0 if dense
+
+
 @lru_cache(maxsize=32)
-def _first_layer_matmuls(cfg: HFConfig) -> tuple[tuple[str, int, int], ...]:
+def _structure(cfg: HFConfig) -> _Structure:
     with torch.device("meta"):
         model = HFCausalLM(cfg)
     _, layers = decoder_layers(model, cfg.n_layers)
-    return tuple(layer_matmuls(layers[0]))
+    experts = [m for _, m in expert_modules(model)]
+    linears = sum(k * n for layer in layers for _, k, n in layer_matmuls(layer))
+    expert_params = sum(p.numel() for m in experts for p in m.parameters())
+    one_expert = sum(p.numel() for p in experts[0].parameters()) // experts[0].num_experts if experts else 0
+    return _Structure(tuple(layer_matmuls(layers[0])), (linears + expert_params) // cfg.n_layers, one_expert)
+
+
+def _first_layer_matmuls(cfg: HFConfig) -> tuple[tuple[str, int, int], ...]:
+    return _structure(cfg).first_layer_matmuls
 
 
 class TransformersCausalLM(Family):
@@ -95,7 +113,7 @@ class TransformersCausalLM(Family):
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
                           n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,
                           vocab_size_model=cfg.padded_vocab_size, vocab_size=cfg.vocab_size,
-                          architecture=cfg.architecture)
+                          architecture=cfg.architecture, **asdict(cfg.moe))
 
     def flop_terms(self, cfg: HFConfig, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
         """Counted: one forward and backward of a ``micro_batch`` x ``seq_len`` batch on fake tensors."""
@@ -122,7 +140,15 @@ class TransformersCausalLM(Family):
         return 0
 
     def layer_weight_count(self, cfg: HFConfig) -> int:
-        return sum(k * n for _, k, n in _first_layer_matmuls(cfg))
+        """A decoder layer's linears and every one of its experts, the mean over the layers (a MoE model may
+        keep dense layers: DeepSeek-V3's first ones)."""
+        return _structure(cfg).layer_weights
+
+    def inactive_weight_count(self, cfg: HFConfig) -> int:
+        """The routed experts beyond a token's top-k, in every MoE layer (each expert's weights as the model
+        holds them: biases included where it has them)."""
+        moe = cfg.moe
+        return moe.n_moe_layers * (moe.n_experts - moe.experts_per_token) * _structure(cfg).routed_expert_params
 
     # --- structure
 
