@@ -100,3 +100,19 @@ def test_the_predictor_takes_an_hf_preset(tmp_path, capsys):
     run = what_if("a100", resolve_params(None, {"preset": file_preset, "seq_len": 32, "records": [str(records)]}))
     cfg = get_config(file_preset, seq_len=32)
     assert run.predictions[0].shape.flop_terms == family_of(cfg).flop_terms(cfg, 32)
+
+
+def test_experts_the_count_cannot_see_are_one_line(tmp_path):
+    """JetMoE's experts (outside transformers' experts interface) loop over the experts a batch reaches: on fake
+    tensors that is a shape no one knows, said in one line rather than as torch's traceback."""
+    from transformers import JetMoeConfig
+
+    from accel_kit.errors import ParameterError
+
+    preset = write(tmp_path / "jetmoe", JetMoeConfig(hidden_size=H, num_hidden_layers=1, num_key_value_heads=2,
+                                                     kv_channels=HEAD_DIM, vocab_size=VOCAB, max_position_embeddings=64,
+                                                     num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                                                     bos_token_id=0, eos_token_id=1))
+    cfg = get_config(preset, seq_len=16)
+    with pytest.raises(ParameterError, match="cannot be counted on fake tensors: an operation's shape depends"):
+        family_of(cfg).flop_terms(cfg, 16)

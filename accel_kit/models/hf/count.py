@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from accel_kit.errors import ParameterError
 from accel_kit.models.family import FlopTerms
 from accel_kit.models.hf.model import expert_modules
 
@@ -82,6 +83,29 @@ def count_experts_batched(model: Any) -> None:
         model.set_experts_implementation("batched_mm")
 
 
+def _count_passes(wrapper: Any, idx: torch.Tensor) -> tuple[Any, Any]:
+    """The counters of one forward and of its backward on ``idx``; a model whose products' shapes hang on
+    the routing (experts outside transformers' experts interface, looping over the experts a batch reaches)
+    is a one-line ParameterError: fake tensors hold no routing to count."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.utils.flop_counter import FlopCounterMode
+
+    forward = FlopCounterMode(display=False, custom_mapping=_formulas())
+    backward = FlopCounterMode(display=False, custom_mapping=_formulas())
+    try:
+        with forward:
+            _, loss = wrapper(idx, idx)
+        with backward:
+            loss.backward()
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        cfg = wrapper.cfg
+        raise ParameterError(f"model preset {cfg.label}: {cfg.architecture}'s FLOPs cannot be counted on fake "
+                             f"tensors: an operation's shape depends on the data ({type(exc).__name__}: "
+                             f"{str(exc).strip() or 'no message'}); its experts are not behind transformers' "
+                             f"experts interface, whose batched kernel the count runs") from None
+    return forward, backward
+
+
 def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_layers: int, n_heads: int,
                      head_dim: int) -> tuple[FlopTerms, str]:
     """Forward (and counted backward) FLOPs per token of one training micro-batch of the model that
@@ -92,20 +116,13 @@ def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_la
         saw no attention product (the analytic term added).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
 
     tokens = micro_batch * seq_len
     with FakeTensorMode(allow_non_fake_inputs=True):
         wrapper = model_factory()
         count_experts_batched(wrapper.model)
         head = wrapper.model.get_output_embeddings()
-        idx = torch.zeros(micro_batch, seq_len, dtype=torch.long)
-        forward = FlopCounterMode(display=False, custom_mapping=_formulas())
-        with forward:
-            _, loss = wrapper(idx, idx)
-        backward = FlopCounterMode(display=False, custom_mapping=_formulas())
-        with backward:
-            loss.backward()
+        forward, backward = _count_passes(wrapper, torch.zeros(micro_batch, seq_len, dtype=torch.long))
     counts = forward.get_flop_counts()
     # the products of the output projection and of the experts as counted under their modules (keys are
     # qualified from the root's class)

@@ -123,13 +123,21 @@ class TransformersCausalLM(Family):
         return _counted(cfg, seq_len, micro_batch)[1]
 
     def layer_flop_terms(self, cfg: HFConfig, seq_len: int) -> FlopTerms:
-        """One layer's share of the counted model (its layers are alike: a decoder stack repeats one layer)."""
+        """One layer's share of the counted model: the mean over its layers (a decoder stack repeats one layer;
+        a MoE model may keep dense ones, DeepSeek-V3's first)."""
         terms = self.flop_terms(cfg, seq_len)
         return FlopTerms(matmul=terms.matmul // cfg.n_layers, attention=terms.attention // cfg.n_layers)
 
     def gemm_shapes(self, cfg: HFConfig, tokens: int) -> tuple[tuple[int, int, int], ...]:
-        """(M, K, N) of the first decoder layer's linears, in the order the layer holds them."""
-        return tuple((tokens, k, n) for _, k, n in _first_layer_matmuls(cfg))
+        """(M, K, N) of the first decoder layer's linears, in the order the layer holds them; a MoE model's
+        then one routed expert's two products (gate and up together, then down) at balanced routing: the
+        tokens x top-k rows shared by the experts."""
+        shapes = tuple((tokens, k, n) for _, k, n in _first_layer_matmuls(cfg))
+        moe = cfg.moe
+        if moe.n_experts:
+            rows, width = max(1, tokens * moe.experts_per_token // moe.n_experts), moe.expert_ffn_hidden_size
+            shapes += ((rows, cfg.hidden_size, 2 * width), (rows, width, cfg.hidden_size))
+        return shapes
 
     # --- memory
 
