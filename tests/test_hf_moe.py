@@ -11,6 +11,7 @@ import torch
 
 from accel_kit import cli
 from accel_kit.models import count_active_params, count_params, family_of, get_config
+from accel_kit.models.hf.family import _structure
 from hf_configs import H, HEAD_DIM, HEADS, LAYERS, MOE_ARCHITECTURES, VOCAB, active_weights, moe_config, write
 
 # (routed experts, top-k, expert width, shared experts, MoE layers) of each tiny config, by hand
@@ -39,8 +40,27 @@ def test_the_count_is_of_the_active_experts(tmp_path, name):
     shape = family.shape(cfg)
     assert (shape.n_experts, shape.experts_per_token, shape.expert_ffn_hidden_size, shape.n_shared_experts,
             shape.n_moe_layers) == EXPERTS[name]
+    assert _structure(cfg).experts_seen == (n_experts, width, moe_layers)  # the table agrees with the model
     one_expert = 3 * H * width + (2 * width + H if name == "gpt_oss" else 0)  # gpt-oss: biased gate_up and down
     assert count_params(preset) - count_active_params(preset) == moe_layers * (n_experts - top_k) * one_expert
+
+
+def test_an_architecture_off_the_table_has_its_experts_read_off_its_model(tmp_path):
+    """Granite-MoE (not in ``hf.moe``'s table, its experts behind transformers' interface): experts, width and
+    MoE layers from its experts modules, top-k from the config; counted on its active experts."""
+    from transformers import GraniteMoeConfig
+
+    hf = GraniteMoeConfig(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=2,
+                          vocab_size=VOCAB, max_position_embeddings=64, intermediate_size=32, num_local_experts=4,
+                          num_experts_per_tok=2, bos_token_id=0, eos_token_id=1, pad_token_id=None)
+    preset = write(tmp_path / "granitemoe", hf)
+    cfg = get_config(preset, seq_len=32)
+    family = family_of(cfg)
+    shape = family.shape(cfg)
+    assert (shape.n_experts, shape.experts_per_token, shape.expert_ffn_hidden_size, shape.n_moe_layers) == (4, 2, 32, 2)
+    assert count_params(preset) - count_active_params(preset) == LAYERS * 2 * 3 * H * 32
+    q, kv = HEADS * HEAD_DIM, 2 * HEAD_DIM
+    assert family.flop_terms(cfg, 32).matmul == 2 * LAYERS * (2 * H * q + 2 * H * kv + H * 4 + 2 * 3 * H * 32)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

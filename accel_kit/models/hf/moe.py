@@ -3,8 +3,9 @@
 The one table of architecture knowledge in the hf family: the config attribute names of the routed
 experts, the experts a token is sent to, one expert's width, the shared experts and which layers are
 MoE layers (transformers' own names, read from each architecture's configuration and modeling files).
-``moe_shape`` reads them into the expert fields of ``ModelShape``; a model_type not in the table is
-dense (its fields stay 0).
+``moe_shape`` reads them into the expert fields of ``ModelShape``. For an architecture not in the
+table the family reads the experts off the model transformers builds (``hf.family``: experts, width
+and MoE layers from its experts modules, top-k from ``num_experts_per_tok``; shared experts 0).
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ ARCHITECTURES: dict[str, MoEAttributes] = {
     "deepseek_v3": MoEAttributes("n_routed_experts", "moe_intermediate_size", shared="n_shared_experts",
                                  layers="first_k_dense_replace", head_dim="qk_head_dim"),
     "gpt_oss": MoEAttributes("num_local_experts", "intermediate_size"),  # biased experts (their biases are weights)
+    "glm4_moe": MoEAttributes("n_routed_experts", "moe_intermediate_size", shared="n_shared_experts",
+                              layers="first_k_dense_replace"),
 }
 
 
