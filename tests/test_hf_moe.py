@@ -107,7 +107,8 @@ def test_gas_and_scaling_smoke_run_ok_with_the_active_flops(tmp_path, name, prec
 
 
 def test_the_predictor_takes_an_hf_preset(tmp_path, capsys):
-    """``accel-kit predict --preset hf:PATH/config.json``: predicted from the datasheet, on the counted FLOPs."""
+    """``accel-kit predict --preset hf:PATH/config.json``: predicted from the datasheet, on the counted FLOPs; its
+    records are learnt from while their config file is there."""
     from accel_kit.predict import resolve_params, what_if
 
     preset = write(tmp_path / "qwen3_moe", moe_config("qwen3_moe"))
@@ -120,6 +121,14 @@ def test_the_predictor_takes_an_hf_preset(tmp_path, capsys):
     run = what_if("a100", resolve_params(None, {"preset": file_preset, "seq_len": 32, "records": [str(records)]}))
     cfg = get_config(file_preset, seq_len=32)
     assert run.predictions[0].shape.flop_terms == family_of(cfg).flop_terms(cfg, 32)
+
+    # Its records are learnt from while the file is there; moved away (records travel), they are left out.
+    from accel_kit.predict.records import usable
+
+    record = {"status": "ok", "params": {"kind": "train", "preset": file_preset}, "metrics": {"step_time_s": 0.1}}
+    assert usable(record)
+    (tmp_path / "qwen3_moe" / "config.json").unlink()
+    assert not usable(record)
 
 
 def test_experts_the_count_cannot_see_are_one_line(tmp_path):
