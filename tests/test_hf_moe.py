@@ -36,7 +36,7 @@ def test_the_count_is_of_the_active_experts(tmp_path, name):
     assert terms.attention == LAYERS * 2 * 32 * HEADS * (qk + v)  # Q K^T and P V over 32 keys, every head
     assert (terms.logits, terms.backward) == (2 * H * VOCAB, 2 * terms.forward)
 
-    n_experts, top_k, width, shared, moe_layers = EXPERTS[name]
+    n_experts, top_k, width, _, moe_layers = EXPERTS[name]
     shape = family.shape(cfg)
     assert (shape.n_experts, shape.experts_per_token, shape.expert_ffn_hidden_size, shape.n_shared_experts,
             shape.n_moe_layers) == EXPERTS[name]
