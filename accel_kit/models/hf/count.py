@@ -79,7 +79,7 @@ def _split(counts: dict[Any, int], logits_flops: int, experts: list[dict[Any, in
 def count_experts_batched(model: Any) -> None:
     """Switch transformers' ``model`` (a ``PreTrainedModel``) with experts to its ``batched_mm`` experts: the
     products of the active experts only, of shapes known before the routing is (see the module's note)."""
-    if expert_modules(model) and model._can_set_experts_implementation():
+    if expert_modules(model) and getattr(model, "_can_set_experts_implementation", lambda: False)():
         model.set_experts_implementation("batched_mm")
 
 

@@ -22,10 +22,12 @@ def build_transformers_model(cfg: HFConfig) -> nn.Module:
     SDPA attention where the architecture has it (transformers' default, and what our families'
     transformers configs ask for); an architecture without it runs its eager attention.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 
     hf = transformers_config(cfg)
-    experts = {"experts_implementation": experts_implementation(cfg)} if cfg.moe.n_experts else {}
+    # transformers before 5 has no experts implementations to choose (its MoE models loop over their experts)
+    choosable = cfg.moe.n_experts and hasattr(PreTrainedModel, "set_experts_implementation")
+    experts = {"experts_implementation": experts_implementation(cfg)} if choosable else {}
     try:
         return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", **experts)
     except ValueError as exc:
