@@ -46,12 +46,11 @@ class WhatIfParams(StudyParams):
     records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
 
     def check(self) -> None:
-        """Refuse, in one line, a preset not known or a layout that does not divide the devices."""
-        from accel_kit.models import PRESETS
+        """Refuse, in one line, a preset not known (a named one, or an ``hf:PATH`` config whose file cannot
+        run) or a layout that does not divide the devices."""
+        from accel_kit.models import check_preset
 
-        if self.preset not in PRESETS:
-            raise ParameterError(f"parameter 'preset': unknown model preset {self.preset!r}; known: "
-                                 f"{', '.join(PRESETS)}")
+        check_preset(self.preset)
         split = self.tp * self.pp * self.cp
         for n in self.devices if isinstance(self.devices, list) else [self.devices]:
             if n % split:

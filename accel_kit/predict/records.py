@@ -23,10 +23,25 @@ def host_threads(record: dict) -> int | None:
 
 
 def usable(record: dict) -> bool:
-    """An ok, dense training record with a step time: what the compute fit learns from."""
+    """An ok, dense training record with a step time, of a model known here: what the compute fit learns from."""
     p, m = record.get("params", {}), record.get("metrics", {})
-    return (record.get("status") == "ok" and p.get("kind", "train") == "train" and "preset" in p
-            and not p.get("sparsity") and not p.get("dense_finetune_steps") and m.get("step_time_s"))
+    return bool(record.get("status") == "ok" and p.get("kind", "train") == "train" and "preset" in p
+                and not p.get("sparsity") and not p.get("dense_finetune_steps") and m.get("step_time_s")
+                and known_preset(p["preset"]))
+
+
+def known_preset(preset: str) -> bool:
+    """Whether ``preset`` names a model here. Records travel between machines: an ``hf:`` config file moved or
+    deleted since its record was made (or a preset of another accel-kit version) gives no step shape to fit on,
+    so its records are left out rather than failing every prediction of their system."""
+    from accel_kit.errors import ParameterError
+    from accel_kit.models import check_preset
+
+    try:
+        check_preset(preset)
+    except ParameterError:
+        return False
+    return True
 
 
 def group_key(record: dict) -> tuple:

@@ -17,6 +17,7 @@ from typing import Any
 
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import PaddedVocab
+from accel_kit.models.hf.moe import MoEShape, moe_shape, query_head_dim
 
 PREFIX = "hf:"  # -p preset hf:PATH
 
@@ -27,7 +28,8 @@ class HFConfig(PaddedVocab):
 
     ``vocab_size`` is the tokenizer's (the ids data may hold), ``padded_vocab_size`` the
     embedding's rows; ``seq_len`` the point's sequence, at most ``max_positions`` (the context
-    the config declares: learned position tables have no more rows).
+    the config declares: learned position tables have no more rows); ``moe`` the experts of a
+    mixture-of-experts architecture (``hf.moe``; zeros for a dense one).
     """
 
     path: str  # the config.json, absolute
@@ -43,6 +45,7 @@ class HFConfig(PaddedVocab):
     max_positions: int
     seq_len: int
     pad_vocab_multiple: int = 1
+    moe: MoEShape = MoEShape()
 
     def __post_init__(self) -> None:
         if self.seq_len > self.max_positions:
@@ -147,7 +150,7 @@ def load(path: str) -> HFConfig:
     heads = int(_shape_field(hf, where, "num_attention_heads", "n_head"))
     if heads < 1 or hidden < 1:
         raise ParameterError(f"model preset {PREFIX}{where}: hidden size {hidden} and heads {heads} must be positive")
-    explicit_head_dim = getattr(hf, "head_dim", None)
+    explicit_head_dim = query_head_dim(hf) or getattr(hf, "head_dim", None)
     if explicit_head_dim is None and hidden % heads:
         raise ParameterError(f"model preset {PREFIX}{where}: {heads} attention heads do not divide the width "
                              f"{hidden} (and the config gives no head_dim)")
@@ -159,8 +162,8 @@ def load(path: str) -> HFConfig:
     ffn = int(_shape_field(hf, where, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden))
     vocab = int(_shape_field(hf, where, "vocab_size"))
     positions = int(_shape_field(hf, where, "max_position_embeddings", "n_positions"))
-    return HFConfig(path=where, model_type=hf.model_type, architecture=architecture,
-                    n_layers=int(_shape_field(hf, where, "num_hidden_layers", "n_layer")), hidden_size=hidden,
-                    n_heads=heads, n_kv_heads=kv_heads, head_dim=int(explicit_head_dim or hidden // heads),
-                    ffn_hidden_size=ffn, vocab_size=vocab, max_positions=positions,
-                    seq_len=positions)
+    n_layers = int(_shape_field(hf, where, "num_hidden_layers", "n_layer"))
+    return HFConfig(path=where, model_type=hf.model_type, architecture=architecture, n_layers=n_layers,
+                    hidden_size=hidden, n_heads=heads, n_kv_heads=kv_heads,
+                    head_dim=int(explicit_head_dim or hidden // heads), ffn_hidden_size=ffn, vocab_size=vocab,
+                    max_positions=positions, seq_len=positions, moe=moe_shape(hf, n_layers))

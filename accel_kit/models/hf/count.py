@@ -16,9 +16,17 @@ counted. Two gaps are closed here:
   analytic term (4 s n_heads head_dim per layer and token, ``accel_kit.flops``) is added and the
   record says so (``flops_source``).
 
-The terms split by op: batched products (``bmm``, ``baddbmm``) and SDPA are attention; the other
-products (``mm``, ``addmm``: the linears) are the matmul term, less the output embedding's, which is
-the logits term.
+- A mixture of experts is counted on transformers' ``batched_mm`` experts (``count_experts_batched``):
+  the default ``grouped_mm`` has no fake-tensor kernel outside bf16 and its products' sizes hang on
+  the routing (its offsets are data), and the ``eager`` loop indexes the experts a batch reaches
+  (``nonzero``: a shape fake tensors cannot know). ``batched_mm`` gathers each (token, chosen expert)
+  pair's weights and multiplies them in one batched product of T x top_k rows: exactly the products
+  of the active experts, 2 x top_k x (one expert's weights) per token, whatever the routing, and none
+  of the other experts'. It is the count's alone: training runs the default (``model.py``).
+
+The terms split by op: batched products (``bmm``, ``baddbmm``) and SDPA are attention, except inside
+the experts (their batched products are weights: matmul); the other products (``mm``, ``addmm``: the
+linears, the routers) are the matmul term, less the output embedding's, which is the logits term.
 """
 from __future__ import annotations
 
@@ -26,7 +34,9 @@ from typing import Any
 
 import torch
 
+from accel_kit.errors import ParameterError
 from accel_kit.models.family import FlopTerms
+from accel_kit.models.hf.model import expert_modules
 
 ATTENTION_OPS = ("bmm", "baddbmm", "_scaled_dot_product")
 
@@ -54,11 +64,46 @@ def _formulas() -> dict[Any, Any]:
     return out
 
 
-def _split(counts: dict[Any, int], logits_flops: int) -> tuple[int, int, int]:
-    """(matmul, attention, logits) of one pass's per-op counts."""
-    attention = sum(v for op, v in counts.items() if any(a in str(op) for a in ATTENTION_OPS))
+def _attention_ops(counts: dict[Any, int]) -> int:
+    return sum(v for op, v in counts.items() if any(a in str(op) for a in ATTENTION_OPS))
+
+
+def _split(counts: dict[Any, int], logits_flops: int, experts: list[dict[Any, int]] = ()) -> tuple[int, int, int]:
+    """(matmul, attention, logits) of one pass's per-op counts; ``experts``: the counts inside each experts
+    module, whose batched products are their weights' (matmul), not attention."""
+    attention = _attention_ops(counts) - sum(_attention_ops(c) for c in experts)
     total = sum(counts.values())
     return total - attention - logits_flops, attention, logits_flops
+
+
+def count_experts_batched(model: Any) -> None:
+    """Switch transformers' ``model`` (a ``PreTrainedModel``) with experts to its ``batched_mm`` experts: the
+    products of the active experts only, of shapes known before the routing is (see the module's note)."""
+    if expert_modules(model) and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        model.set_experts_implementation("batched_mm")
+
+
+def _count_passes(wrapper: Any, idx: torch.Tensor) -> tuple[Any, Any]:
+    """The counters of one forward and of its backward on ``idx``; a model whose products' shapes hang on
+    the routing (experts outside transformers' experts interface, looping over the experts a batch reaches)
+    is a one-line ParameterError: fake tensors hold no routing to count."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.utils.flop_counter import FlopCounterMode
+
+    forward = FlopCounterMode(display=False, custom_mapping=_formulas())
+    backward = FlopCounterMode(display=False, custom_mapping=_formulas())
+    try:
+        with forward:
+            _, loss = wrapper(idx, idx)
+        with backward:
+            loss.backward()
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        cfg = wrapper.cfg
+        raise ParameterError(f"model preset {cfg.label}: {cfg.architecture}'s FLOPs cannot be counted on fake "
+                             f"tensors: an operation's shape depends on the data ({type(exc).__name__}: "
+                             f"{str(exc).strip() or 'no message'}); its experts are not behind transformers' "
+                             f"experts interface, whose batched kernel the count runs") from None
+    return forward, backward
 
 
 def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_layers: int, n_heads: int,
@@ -71,24 +116,20 @@ def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_la
         saw no attention product (the analytic term added).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
 
     tokens = micro_batch * seq_len
     with FakeTensorMode(allow_non_fake_inputs=True):
         wrapper = model_factory()
+        count_experts_batched(wrapper.model)
         head = wrapper.model.get_output_embeddings()
-        idx = torch.zeros(micro_batch, seq_len, dtype=torch.long)
-        forward = FlopCounterMode(display=False, custom_mapping=_formulas())
-        with forward:
-            _, loss = wrapper(idx, idx)
-        backward = FlopCounterMode(display=False, custom_mapping=_formulas())
-        with backward:
-            loss.backward()
+        forward, backward = _count_passes(wrapper, torch.zeros(micro_batch, seq_len, dtype=torch.long))
     counts = forward.get_flop_counts()
-    # the output projection's product as counted under its module (keys are qualified from the root's class)
-    head_name = next((n for n, m in wrapper.named_modules() if m is head), None)
-    logits = sum(counts.get(f"{type(wrapper).__name__}.{head_name}", {}).values()) if head_name else 0
-    matmul, attention, logits = _split(counts["Global"], logits)
+    # the products of the output projection and of the experts as counted under their modules (keys are
+    # qualified from the root's class)
+    names = {id(m): f"{type(wrapper).__name__}.{n}" for n, m in wrapper.named_modules()}
+    logits = sum(counts.get(names.get(id(head)), {}).values())
+    experts = [counts.get(names[id(m)], {}) for _, m in expert_modules(wrapper)]
+    matmul, attention, logits = _split(counts["Global"], logits, experts)
     back_matmul, back_attention, _ = _split(backward.get_flop_counts()["Global"], 0)
     source = "counted"
     if attention == 0 and n_heads > 0:

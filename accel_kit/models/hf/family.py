@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -20,7 +21,8 @@ from torch import nn
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
 from accel_kit.models.hf.config import PREFIX, HFConfig, config_file, load, transformers_config
-from accel_kit.models.hf.model import HFCausalLM, decoder_layers, layer_matmuls
+from accel_kit.models.hf.moe import MoEShape
+from accel_kit.models.hf.model import HFCausalLM, decoder_layers, expert_modules, layer_matmuls
 
 
 @lru_cache(maxsize=32)
@@ -32,12 +34,43 @@ def _counted(cfg: HFConfig, seq_len: int, micro_batch: int) -> tuple[FlopTerms, 
                             n_layers=cfg.n_layers, n_heads=cfg.n_heads, head_dim=cfg.head_dim)
 
 
+@dataclass(frozen=True)
+class _Structure:
+    """What the family reads off transformers' model of a config, built once on the meta device."""
+
+    first_layer_matmuls: tuple[tuple[str, int, int], ...]  # (name, in, out) of the first decoder layer's linears
+    layer_weights: int  # a decoder layer's linears and experts, the mean over the layers (dense and MoE alike)
+    routed_expert_params: int  # one routed expert's parameters (its biases included: gpt-oss); 0 if dense
+    experts_seen: tuple[int, int, int] = (0, 0, 0)  # (routed experts, one's width, MoE layers) of its experts modules
+
+
 @lru_cache(maxsize=32)
-def _first_layer_matmuls(cfg: HFConfig) -> tuple[tuple[str, int, int], ...]:
+def _structure(cfg: HFConfig) -> _Structure:
     with torch.device("meta"):
         model = HFCausalLM(cfg)
     _, layers = decoder_layers(model, cfg.n_layers)
-    return tuple(layer_matmuls(layers[0]))
+    experts = [m for _, m in expert_modules(model)]
+    linears = sum(k * n for layer in layers for _, k, n in layer_matmuls(layer))
+    expert_params = sum(p.numel() for m in experts for p in m.parameters())
+    one_expert = sum(p.numel() for p in experts[0].parameters()) // experts[0].num_experts if experts else 0
+    seen = (0, 0, 0)
+    if experts:  # down_proj: (experts, hidden, width), or (experts, width, hidden) where the weights are transposed
+        first = experts[0]
+        seen = (first.num_experts, first.down_proj.shape[-2 if first.is_transposed else -1], len(experts))
+    return _Structure(tuple(layer_matmuls(layers[0])), (linears + expert_params) // cfg.n_layers, one_expert, seen)
+
+
+def _with_experts_seen(cfg: HFConfig) -> HFConfig:
+    """``cfg`` with the experts its model holds where ``hf.moe``'s table does not know the architecture: routed
+    experts, width and MoE layers read off the experts modules, the top-k from ``num_experts_per_tok`` (the
+    name most architectures use; without it the experts stay unknown, and every weight counts as active).
+    Shared experts are not told apart from a dense MLP there: 0."""
+    n_experts, width, layers = _structure(cfg).experts_seen
+    top_k = getattr(transformers_config(cfg), "num_experts_per_tok", None)
+    if cfg.moe.n_experts or not n_experts or not top_k:
+        return cfg
+    return replace(cfg, moe=MoEShape(n_experts=n_experts, experts_per_token=int(top_k), expert_ffn_hidden_size=width,
+                                     n_moe_layers=layers))
 
 
 class TransformersCausalLM(Family):
@@ -57,13 +90,13 @@ class TransformersCausalLM(Family):
         """The config of preset ``hf:PATH`` (a one-line ParameterError for a file that cannot run)."""
         cfg = load(preset[len(PREFIX):])
         try:
-            _first_layer_matmuls(cfg)  # built once on the meta device: a shape transformers cannot build fails here
+            _structure(cfg)  # built once on the meta device: a shape transformers cannot build fails here
         except ParameterError:
             raise
         except Exception as exc:  # noqa: BLE001 - transformers' own check of the shape, in its words
             raise ParameterError(f"model preset {preset}: transformers cannot build this shape: "
                                  f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
-        return cfg
+        return _with_experts_seen(cfg)
 
     def digest(self, preset: str) -> str | None:
         """The config file's contents, hashed (None where there is no readable file: the point fails on its own)."""
@@ -95,7 +128,7 @@ class TransformersCausalLM(Family):
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
                           n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,
                           vocab_size_model=cfg.padded_vocab_size, vocab_size=cfg.vocab_size,
-                          architecture=cfg.architecture)
+                          architecture=cfg.architecture, **asdict(cfg.moe))
 
     def flop_terms(self, cfg: HFConfig, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
         """Counted: one forward and backward of a ``micro_batch`` x ``seq_len`` batch on fake tensors."""
@@ -105,13 +138,21 @@ class TransformersCausalLM(Family):
         return _counted(cfg, seq_len, micro_batch)[1]
 
     def layer_flop_terms(self, cfg: HFConfig, seq_len: int) -> FlopTerms:
-        """One layer's share of the counted model (its layers are alike: a decoder stack repeats one layer)."""
+        """One layer's share of the counted model: the mean over its layers (a decoder stack repeats one layer;
+        a MoE model may keep dense ones, DeepSeek-V3's first)."""
         terms = self.flop_terms(cfg, seq_len)
         return FlopTerms(matmul=terms.matmul // cfg.n_layers, attention=terms.attention // cfg.n_layers)
 
     def gemm_shapes(self, cfg: HFConfig, tokens: int) -> tuple[tuple[int, int, int], ...]:
-        """(M, K, N) of the first decoder layer's linears, in the order the layer holds them."""
-        return tuple((tokens, k, n) for _, k, n in _first_layer_matmuls(cfg))
+        """(M, K, N) of the first decoder layer's linears, in the order the layer holds them; a MoE model's
+        then one routed expert's two products (gate and up together, then down) at balanced routing: the
+        tokens x top-k rows shared by the experts."""
+        shapes = tuple((tokens, k, n) for _, k, n in _structure(cfg).first_layer_matmuls)
+        moe = cfg.moe
+        if moe.n_experts:
+            rows, width = max(1, tokens * moe.experts_per_token // moe.n_experts), moe.expert_ffn_hidden_size
+            shapes += ((rows, cfg.hidden_size, 2 * width), (rows, width, cfg.hidden_size))
+        return shapes
 
     # --- memory
 
@@ -122,7 +163,15 @@ class TransformersCausalLM(Family):
         return 0
 
     def layer_weight_count(self, cfg: HFConfig) -> int:
-        return sum(k * n for _, k, n in _first_layer_matmuls(cfg))
+        """A decoder layer's linears and every one of its experts, the mean over the layers (a MoE model may
+        keep dense layers: DeepSeek-V3's first ones)."""
+        return _structure(cfg).layer_weights
+
+    def inactive_weight_count(self, cfg: HFConfig) -> int:
+        """The routed experts beyond a token's top-k, in every MoE layer (each expert's weights as the model
+        holds them: biases included where it has them)."""
+        moe = cfg.moe
+        return moe.n_moe_layers * (moe.n_experts - moe.experts_per_token) * _structure(cfg).routed_expert_params
 
     # --- structure
 

@@ -22,16 +22,34 @@ def build_transformers_model(cfg: HFConfig) -> nn.Module:
     SDPA attention where the architecture has it (transformers' default, and what our families'
     transformers configs ask for); an architecture without it runs its eager attention.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 
     hf = transformers_config(cfg)
+    # transformers before 5 has no experts implementations to choose (its MoE models loop over their experts)
+    choosable = cfg.moe.n_experts and hasattr(PreTrainedModel, "set_experts_implementation")
+    experts = {"experts_implementation": experts_implementation(cfg)} if choosable else {}
     try:
-        return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa")
+        return AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", **experts)
     except ValueError as exc:
         if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
             raise ParameterError(f"model preset {PREFIX}{cfg.path}: transformers cannot build it: "
                                  f"{str(exc).splitlines()[0]}") from None
-    return AutoModelForCausalLM.from_config(hf, attn_implementation="eager")
+    return AutoModelForCausalLM.from_config(hf, attn_implementation="eager", **experts)
+
+
+def experts_implementation(cfg: HFConfig) -> str:
+    """transformers' experts kernel a MoE model trains with: its default ``grouped_mm`` (one grouped product per
+    projection, the experts' tokens sorted together), where the rows it multiplies are 16-byte aligned.
+
+    torch's CPU ``_grouped_mm`` refuses strides that are no multiple of 16 bytes (measured: a width of 36 fails
+    in bf16, 30 or 33 in fp32 too), and transformers does not fall back on it. Widths of multiples of 8 elements
+    are aligned in every precision; others run ``batched_mm``: the same products on each (token, expert) pair's
+    gathered weights (T x top_k copies of an expert's weights per layer: memory no released shape pays, as their
+    widths are multiples of 64). Not the ``eager`` loop: it skips the experts no token reached, whose weights
+    then get no gradient, which DDP's reducer waits for.
+    """
+    aligned = cfg.hidden_size % 8 == 0 and cfg.moe.expert_ffn_hidden_size % 8 == 0
+    return "grouped_mm" if aligned else "batched_mm"
 
 
 class HFCausalLM(nn.Module):
@@ -80,3 +98,11 @@ def layer_matmuls(layer: nn.Module) -> list[tuple[str, int, int]]:
         elif type(m).__name__ == "Conv1D" and getattr(m, "weight", None) is not None and m.weight.dim() == 2:
             out.append((name, m.weight.shape[0], m.weight.shape[1]))
     return out
+
+
+def expert_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The experts modules of a transformers MoE model, with their qualified names: those transformers'
+    ``use_experts_implementation`` made (it gives each ``num_experts``, ``has_gate`` and ``is_transposed``), whose
+    kernel the config's experts implementation chooses."""
+    return [(name, m) for name, m in model.named_modules()
+            if hasattr(m, "has_gate") and hasattr(m, "is_transposed") and hasattr(m, "num_experts")]
