@@ -297,6 +297,15 @@ class Family(ABC):
         the weights a token's FLOPs are counted on. 0 for a dense model."""
         return 0
 
+    def expert_weight_count(self, cfg: Any) -> int:
+        """Weights of every routed expert of the whole model: what expert parallelism shards over its ep ranks
+        (the memory estimate). By default from ``inactive_weight_count``: a MoE layer's experts are all of one
+        size, so the E - k a token skips are (E - k) / E of them; 0 for a dense model, or where every expert is
+        active (E = k), which a family then answers itself."""
+        shape = self.shape(cfg)
+        skipped = shape.n_experts - shape.experts_per_token
+        return self.inactive_weight_count(cfg) * shape.n_experts // skipped if shape.n_experts and skipped else 0
+
     # --- structure
 
     @abstractmethod
@@ -332,6 +341,15 @@ class Family(ABC):
         """Shard every block of ``model`` over ``tp_mesh`` in place (heads and MLP width split, attention
         run on the local heads); the embedding, the final norm and the head stay replicated."""
         raise NotImplementedError(f"the {self.name} family has no tensor-parallel plan")
+
+    # The family's MoE layers take their experts sharded over expert-parallel ranks (``apply_expert_parallel``);
+    # the layout check asks.
+    expert_parallel: ClassVar[bool] = False
+
+    def apply_expert_parallel(self, model: nn.Module, ep_mesh: Any) -> Any:
+        """Shard every MoE layer's routed experts of ``model`` over ``ep_mesh`` in place (E / ep experts a rank,
+        tokens exchanged by all-to-all); returns what its dispatchers measure (``accel_kit.models.moe.parallel``)."""
+        raise NotImplementedError(f"the {self.name} family has no expert-parallel plan")
 
     # The family's model reads everything it indexes by position from ``position_buffers``, so that context
     # parallelism can shard them with the tokens; the layout check asks.

@@ -105,25 +105,24 @@ def _exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], grou
     return out
 
 
-class ExpertParallelDispatch(nn.Module):
+class ExpertParallelDispatch:
     """The dispatcher of one MoE layer whose experts are sharded over ``ep_group``: this rank holds experts
     ``rank * E / ep`` to ``(rank + 1) * E / ep - 1`` of the layer's ``n_experts``. Called as ``LocalDispatch``
     is; keeps ``last_tokens_per_expert`` (E,), this rank's token copies per expert in the last call."""
 
     def __init__(self, ep_group: Any, n_experts: int, stats: ExpertParallelStats, layer: int = 0):
-        super().__init__()
         self.group, self.n_experts, self.stats, self.layer = ep_group, n_experts, stats, layer
         self.ep, self.rank = dist.get_world_size(ep_group), dist.get_rank(ep_group)
         self.n_local = n_experts // self.ep
         self.last_tokens_per_expert: torch.Tensor | None = None
 
-    def forward(self, x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+    def __call__(self, x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                 experts: nn.Module) -> torch.Tensor:
         n, k = top_k_index.shape
         flat = top_k_index.reshape(-1)  # (N k,) each copy's expert
         order = torch.argsort(flat, stable=True)  # copies sorted by expert, a token's copies in k order
         counts = torch.bincount(flat, minlength=self.n_experts)  # (E,)
-        self.last_tokens_per_expert = counts
+        self.last_tokens_per_expert = counts.detach()
         send, recv, local_counts = self._splits(counts)
         received = _AllToAll.apply(x[order // k], recv.sum(1).tolist(), send, self.group, self.stats)
         # ``received`` is source-major (rank p's copies for each of our experts, then rank p + 1's): regrouped
@@ -153,21 +152,31 @@ def moe_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if all(hasattr(m, a) for a in ("router", "experts", "dispatcher"))]
 
 
-def expert_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The routed experts' parameters of every MoE layer (after ``apply_expert_parallel``: this rank's shard)."""
-    return [p for layer in moe_layers(model) for p in layer.experts.parameters()]
+@dataclass
+class ExpertShards:
+    """What ``apply_expert_parallel`` made: the experts modules holding this rank's shard (one per MoE layer),
+    the ep ranks' group and their dispatchers' shared measurements."""
+
+    modules: list[nn.Module]
+    ep_group: Any
+    stats: ExpertParallelStats
+
+    def parameters(self) -> list[nn.Parameter]:
+        """The shards' parameters as they are now (FSDP2 replaces them by DTensors when it wraps a module)."""
+        return [p for module in self.modules for p in module.parameters()]
 
 
-def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> ExpertParallelStats:
+def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> ExpertShards:
     """Shard every MoE layer's routed experts over ``ep_mesh`` in place: this rank keeps its E / ep experts'
     slice of each expert parameter (dimension 0 is the expert's), and the layer dispatches through
     ``ExpertParallelDispatch``. A slice of a freshly built model is the same model, so with the same seed
-    the ranks together hold exactly one process's experts. Returns the dispatchers' shared measurements.
+    the ranks together hold exactly one process's experts.
     """
     group = ep_mesh.get_group()
     ep, rank = ep_mesh.size(), ep_mesh.get_local_rank()
     stats = ExpertParallelStats()
-    for index, layer in enumerate(moe_layers(model)):
+    layers = moe_layers(model)
+    for index, layer in enumerate(layers):
         n_experts = layer.router.out_features
         if n_experts % ep:
             raise ValueError(f"ep {ep} does not divide the {n_experts} experts of MoE layer {index}")
@@ -175,13 +184,7 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> ExpertParallelStats
         for name, param in list(layer.experts.named_parameters(recurse=False)):
             local = param.detach()[rank * n_local:(rank + 1) * n_local].clone()
             setattr(layer.experts, name, nn.Parameter(local, requires_grad=param.requires_grad))
+        if hasattr(layer.experts, "n_experts"):  # the experts module's own count: now this rank's
+            layer.experts.n_experts = n_local
         layer.dispatcher = ExpertParallelDispatch(group, n_experts, stats, layer=index)
-    return stats
-
-
-def expert_parallel_stats(model: nn.Module) -> ExpertParallelStats | None:
-    """The measurements of ``model``'s expert-parallel dispatchers; None where it has none."""
-    for layer in moe_layers(model):
-        if isinstance(layer.dispatcher, ExpertParallelDispatch):
-            return layer.dispatcher.stats
-    return None
+    return ExpertShards([layer.experts for layer in layers], group, stats)
