@@ -1,6 +1,10 @@
 """Expert parallelism (issue 31): the all-to-all dispatcher against the local one on two gloo ranks, forward
-and backward, with deliberately uneven splits."""
+and backward, with deliberately uneven splits; ``-p ep 2`` under DDP and FSDP2 training as one process does;
+the layouts refused in one line; the memory estimate's expert shards."""
+import dataclasses
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,7 +12,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from accel_kit.engine.layout import check_layout
+from accel_kit.engine.point import TrainPoint
+from accel_kit.engine.worker import end_group
+from accel_kit.errors import ParameterError
+from accel_kit.models import Layout, count_params, estimate_training_memory, family_of, get_config
 from accel_kit.models.moe.parallel import ExpertParallelDispatch, ExpertParallelStats
+from cli_checks import fail_one_line
 from ranks import rendezvous, spawn
 
 E, K, H, FFN, TOKENS = 4, 2, 8, 6, 10
@@ -84,3 +94,154 @@ def _dispatch_ranks(rank, meet):
 def test_expert_parallel_dispatch_equals_local_forward_and_backward():
     with rendezvous(1) as meets:
         spawn(_dispatch_ranks, (meets[0],), 2)
+
+
+# --- the engine: -p ep 2 on two gloo ranks against one process, and bad layouts
+
+SEQ, STEPS = 16, 6
+
+
+def _point(devices=1, **fields):
+    return TrainPoint(**{"system": "cpu", "preset": "moe-debug", "precision": "fp32", "micro_batch_size": 2,
+                         "seq_len": SEQ, "devices": devices, "steps": STEPS, "warmup_steps": 0} | fields)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"devices": 3, "ep": 3}, "ep 3 does not divide the 8 experts of moe-debug"),
+    ({"devices": 2, "ep": 4}, "ep 4 does not divide dp 2"),
+    ({"preset": "llama3-debug", "devices": 2, "ep": 2}, "llama3-debug is a dense model"),
+    ({"devices": 2, "ep": 2, "engine": "deepspeed"}, "engine deepspeed runs data parallelism only here"),
+    ({"devices": 4, "ep": 2, "pp": 2}, "ep and pp together are not built"),
+    ({"devices": 4, "ep": 2, "tp": 2}, "the moe family has no tensor-parallel plan"),
+    ({"devices": 2, "ep": 2, "precision": "fp16"}, "fp16 under fsdp, tp, pp or ep"),
+])
+def test_bad_expert_parallel_layouts_answer_in_one_line(fields, message):
+    with pytest.raises(ParameterError, match=message):
+        check_layout(_point(**fields))
+
+
+def test_top_k_above_the_experts_is_refused(monkeypatch):
+    family = family_of("moe-debug")
+    shape = family.shape(get_config("moe-debug"))
+    monkeypatch.setattr(type(family), "shape", lambda self, cfg: dataclasses.replace(shape, experts_per_token=9))
+    with pytest.raises(ParameterError, match="top-k 9 is more experts than the 8 of moe-debug"):
+        check_layout(_point(devices=2, ep=2))
+
+
+def test_the_cli_refuses_a_bad_expert_parallel_layout(capsys, out_dir):
+    err = fail_one_line(["run", "scaling", "--system", "cpu", "-p", "preset", "moe-debug",
+                         "-p", "device_counts", "[2]", "-p", "ep", "4"], capsys)
+    assert "ep 4 does not divide dp 2" in err
+
+
+def test_memory_estimate_shards_the_experts_over_ep():
+    cfg = get_config("qwen3-30b-a3b")
+    family, n = family_of(cfg), count_params("qwen3-30b-a3b")
+    experts = family.expert_weight_count(cfg)
+    assert experts == 48 * 128 * 3 * 2048 * 768  # every layer's 128 experts of gate, up and down
+    whole, sharded = (estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=Layout(dp=8, ep=ep)) for ep in (1, 8))
+    # bf16 under ddp: 20 bytes a weight (weights 4 + 2, gradients 4 + 2, moments 8); 7/8 of the experts leave
+    held = experts - experts // 8
+    assert whole.weights_bytes - sharded.weights_bytes == 6 * held
+    assert whole.grads_bytes - sharded.grads_bytes == 6 * held
+    assert whole.optimizer_bytes - sharded.optimizer_bytes == 8 * held
+    fsdp = [estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=Layout(dp=8, ep=ep, engine="fsdp"))
+            for ep in (1, 8)]
+    assert fsdp[0].optimizer_bytes == fsdp[1].optimizer_bytes  # every weight's shard is 1/dp either way
+    assert fsdp[1].weights_bytes < fsdp[0].weights_bytes  # a gathered block holds its ep rank's experts only
+
+
+def _capture_gradients(path):
+    """Patch the trainer's update to save its first step's gradients by parameter name (``path``), as the
+    update takes them: after every reduction the layout makes (DDP's, FSDP's, the engine's own)."""
+    from torch.distributed.tensor import DTensor
+
+    from accel_kit.engine import step
+
+    update = step.Trainer.optimizer_step
+
+    def optimizer_step(self):
+        if not os.path.exists(path):
+            named = getattr(self.model, "module", self.model).named_parameters()
+            torch.save({name: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+                        for name, p in named}, path)
+        update(self)
+
+    step.Trainer.optimizer_step = optimizer_step
+
+
+def _ranks(rank, world, points, meets, out):
+    from accel_kit.engine.worker import run_point
+
+    torch.set_num_threads(1)
+    results = []
+    for i, (point, meet) in enumerate(zip(points, meets)):  # one process group per point, as each worker has
+        os.environ.update(meet)
+        _capture_gradients(f"{out}.grads.{i}.{rank}")
+        results.append(run_point(point, rank, world, rank).model_dump())
+        end_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(results, f, default=str)
+
+
+def _losses(result):
+    assert result["status"] == "ok", (result.get("reason"), result.get("traceback"))
+    return result["metrics"]["losses"]
+
+
+def _two_ranks_in_one(point, vocab, rank):
+    """A one-process point's batches at gas 2: data rank 0's and data rank 1's micro-batches in turn, so its
+    step's gradient is the mean of the two ranks' and its loss the mean of theirs."""
+    from accel_kit.data import SyntheticBatches
+
+    ranks = [iter(SyntheticBatches(vocab, point.seq_len, point.micro_batch_size, seed=point.seed, rank=r))
+             for r in (0, 1)]
+    while True:
+        for source in ranks:
+            yield next(source)
+
+
+def _assert_gradients_of_one_process(grads, reference, ep, rank, what):
+    """A rank's gradients against one process's: the same for every replicated parameter, its ep shard's rows
+    (dimension 0, the expert's) for an expert's."""
+    assert grads.keys() == reference.keys()
+    for name, grad in grads.items():
+        expected = reference[name]
+        if ".experts." in name and ep > 1:
+            local = expected.shape[0] // ep
+            expected = expected[rank * local:(rank + 1) * local]
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-8, msg=lambda m: f"{what}: {name}: {m}")
+
+
+@pytest.mark.slow
+def test_expert_parallel_trains_as_one_process(tmp_path, monkeypatch):
+    from accel_kit.engine import train_measure
+    from accel_kit.engine.worker import run_point
+
+    torch.set_num_threads(1)
+    points = [_point(2), _point(2, ep=2), _point(2, ep=2, engine="fsdp")]
+    out = tmp_path / "results.json"
+    with rendezvous(len(points)) as meets:
+        spawn(_ranks, (2, points, meets, str(out)), 2)
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
+    monkeypatch.setattr(train_measure, "point_batches", _two_ranks_in_one)
+    _capture_gradients(f"{out}.grads.single")
+    single = _losses(run_point(_point(1, gas=2), 0, 1, 0))
+    reference = torch.load(f"{out}.grads.single")
+    for i, (point, *results) in enumerate(zip(points, *ranks)):
+        what = f"{point.engine} ep {point.ep}"
+        mean = [(a + b) / 2 for a, b in zip(*map(_losses, results))]
+        # fp32, the same weights and data: the layouts differ in summation order only (the all-reduces', the
+        # experts' rows regrouped), a few roundings per step over 6 AdamW steps; the issue's bar is 1e-4.
+        for step, (a, b) in enumerate(zip(mean, single)):
+            assert abs(a - b) / abs(b) < 1e-4, f"{what}: step {step}: {a} against {b}"
+        # AdamW takes a parameter's gradient up to its scale, so the losses alone would not see an expert's
+        # gradient divided by the wrong count: the first step's gradients are compared too.
+        for rank in (0, 1):
+            grads = torch.load(f"{out}.grads.{i}.{rank}")
+            _assert_gradients_of_one_process(grads, reference, point.ep, rank, f"{what}, rank {rank}")
+    ep_ddp, ep_fsdp = (ranks[0][i]["metrics"] for i in (1, 2))
+    assert ep_ddp["mesh"] == "pp 1 x dp 2 (ep 2) x cp 1 x tp 1"
+    for metrics in (ep_ddp, ep_fsdp):
+        assert metrics["a2a_time_s"] > 0 and 0 < metrics["a2a_pct"] < 100
+        assert 1 <= metrics["expert_load_imbalance"] <= 8 / 2

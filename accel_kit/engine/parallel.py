@@ -57,22 +57,25 @@ EXPERT_MESH_DIMS = ("pp", "dp_mod_ep", "ep", "cp", "tp")
 
 def device_mesh(point: Any, device: torch.device) -> Any:
     """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started); with ep above
-    1, as ``EXPERT_MESH_DIMS`` with ``dp`` their flattened ``dp_mod_ep x ep``."""
+    1, as ``EXPERT_MESH_DIMS`` (``data_parallel_mesh`` is their ``dp``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     if point.ep == 1:
         return init_device_mesh(device.type, mesh_sizes(point), mesh_dim_names=MESH_DIMS)
     pp, dp, cp, tp = mesh_sizes(point)
-    mesh = init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
-    mesh["dp_mod_ep", "ep"]._flatten("dp")
-    return mesh
+    return init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
+
+
+def data_parallel_mesh(point: Any, mesh: Any) -> Any:
+    """The mesh's ``dp`` ranks: with ep above 1, its ``dp_mod_ep x ep`` flattened (made once, then the root's)."""
+    return mesh["dp"] if point.ep == 1 else mesh["dp_mod_ep", "ep"]._flatten("dp")
 
 
 def gradient_mesh(point: Any, mesh: Any) -> Any:
     """The ranks whose gradients are averaged: ``dp``, with ``cp`` folded in where it is above 1 (a
     context-parallel group's ranks hold parts of one micro-batch's gradient), as torchtitan's ``dp_shard_cp``."""
     if point.cp == 1:
-        return mesh["dp"]
+        return data_parallel_mesh(point, mesh)
     return mesh["dp", "cp"]._flatten("dp_cp")
 
 
