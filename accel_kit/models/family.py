@@ -111,6 +111,7 @@ class ModelShape:
     expert_ffn_hidden_size: int = 0
     n_shared_experts: int = 0
     n_moe_layers: int = 0
+    expert_kernel: str | None = None  # how the experts' products ran ("grouped_mm", "loop"); None: no experts
 
     def record(self) -> dict[str, Any]:
         """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
@@ -123,6 +124,8 @@ class ModelShape:
         if not self.n_experts:
             for name in MOE_FIELDS:
                 del fields[name]
+        if fields["expert_kernel"] is None:
+            del fields["expert_kernel"]
         return fields
 
     @property
@@ -138,12 +141,15 @@ class FlopTerms:
     weighted-sum products over the full sequence; ``logits``: the output projection onto the
     vocabulary (0 for a single block). ``backward``: the backward's FLOPs per token where they were
     counted (a transformers model's, ``accel_kit.models.hf``); None: the convention's twice the forward.
+    ``matmul_unpruned``: the part of ``matmul`` on weights weight sparsity leaves dense (a MoE layer's
+    router and routed experts, ``Family.prunable_linears``); 0 where every block linear is prunable.
     """
 
     matmul: int
     attention: int
     logits: int = 0
     backward: int | None = None
+    matmul_unpruned: int = 0
 
     @property
     def forward(self) -> int:
@@ -157,13 +163,15 @@ class FlopTerms:
         return (self.forward - (0 if include_lm_head else self.logits)) * direction_factor(direction)
 
     def sparse(self, nonzero_block_weights: int, direction: str = "forward_backward") -> int:
-        """*Effective* FLOPs per token when the block linears hold only ``nonzero_block_weights`` non-zeros.
+        """*Effective* FLOPs per token when the prunable block linears hold only ``nonzero_block_weights``
+        non-zeros.
 
         Each non-zero weight costs 2 FLOPs per token forward; backward stays twice the forward, as
         both of its products shrink with the weights (a pruned weight's gradient is discarded).
-        Attention and the (unpruned) output projection keep their dense counts.
+        Attention, the (unpruned) output projection and ``matmul_unpruned`` keep their dense counts.
         """
-        return (self.forward - self.matmul + 2 * nonzero_block_weights) * direction_factor(direction)
+        pruned = self.matmul - self.matmul_unpruned
+        return (self.forward - pruned + 2 * nonzero_block_weights) * direction_factor(direction)
 
 
 def group_rows_by_shard(linear: nn.Linear, widths: list[int], parts: int) -> None:
