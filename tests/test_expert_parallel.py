@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
 
 from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.worker import end_group
 from accel_kit.errors import ParameterError
 from accel_kit.models import Layout, estimate_training_memory, family_of, get_config
+from accel_kit.models.moe.dispatch import LocalDispatch
+from accel_kit.models.moe.experts import Experts, grouped_mm_runs
 from accel_kit.models.moe.parallel import ExpertParallelDispatch, ExpertParallelStats
 from cli_checks import fail_one_line
 from ranks import rendezvous, spawn
@@ -24,34 +24,9 @@ from ranks import rendezvous, spawn
 E, K, H, FFN, TOKENS = 4, 2, 8, 6, 10
 
 
-class Experts(nn.Module):
-    """SwiGLU experts as the MoE family holds them: (E, 2F, h) and (E, h, F), each expert on its run of rows."""
-
-    def __init__(self, n_experts: int):
-        super().__init__()
-        self.gate_up_proj = nn.Parameter(torch.randn(n_experts, 2 * FFN, H) / H ** 0.5)
-        self.down_proj = nn.Parameter(torch.randn(n_experts, H, FFN) / FFN ** 0.5)
-
-    def forward_sorted(self, x, counts):
-        outs = []
-        for e, rows in enumerate(x.split(counts.tolist())):
-            gate, up = (rows @ self.gate_up_proj[e].T).chunk(2, dim=-1)
-            outs.append((F.silu(gate) * up) @ self.down_proj[e].T)
-        return torch.cat(outs) if outs else x[:0]
-
-
-def local_dispatch(x, top_k_index, top_k_weights, experts):
-    """The reference: every expert here, each token's copies weighted and summed."""
-    n, k = top_k_index.shape
-    flat = top_k_index.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    y = experts.forward_sorted(x[order // k], torch.bincount(flat, minlength=E))
-    return (y[torch.argsort(order)].view(n, k, -1) * top_k_weights.unsqueeze(-1)).sum(1)
-
-
 def _routing(rank):
-    # rank 0 sends nearly everything to expert 0 (on rank 0) and nothing to expert 3; rank 1 sends all its
-    # copies to rank 0's experts except one: splits of 17 : 3 and 19 : 1 rows, and an expert with no rows.
+    # Each rank sends nearly every copy to rank 0's experts 0 and 1 and none to expert 3: rows split 18 : 2 on
+    # rank 0 and 19 : 1 on rank 1, and one expert of rank 1 receives none.
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(TOKENS, H, generator=g, requires_grad=True)
     index = torch.tensor([[0, 1]] * 8 + [[0, 2], [2, 1]]) if rank == 0 else torch.tensor([[1, 0]] * 9 + [[2, 0]])
@@ -59,17 +34,17 @@ def _routing(rank):
     return x, index, weights
 
 
-def _check_dispatch(rank):
+def _check_dispatch(rank, kernel):
     """On each of two ranks: the expert-parallel dispatcher's output and gradients against the local one's."""
     torch.manual_seed(0)
-    full = Experts(E)
+    full = Experts(E, H, FFN, kernel)
     x, index, weights = _routing(rank)
-    reference = local_dispatch(x, index, weights, full)
+    reference = LocalDispatch()(x, index, weights, full)
     reference.square().sum().backward()
     expected = [x.grad.clone(), weights.grad.clone(), full.gate_up_proj.grad.clone(), full.down_proj.grad.clone()]
     for g in expected[2:]:  # a rank's expert gradient sums every rank's tokens' contributions
         dist.all_reduce(g)
-    local = Experts(E // 2)
+    local = Experts(E // 2, H, FFN, kernel)
     with torch.no_grad():
         local.gate_up_proj.copy_(full.gate_up_proj[2 * rank:2 * rank + 2])
         local.down_proj.copy_(full.down_proj[2 * rank:2 * rank + 2])
@@ -83,7 +58,7 @@ def _check_dispatch(rank):
     for name, a, b in zip(["x", "weights", "gate_up_proj", "down_proj"], got, expected):
         torch.testing.assert_close(a, b, msg=lambda m: f"rank {rank}: {name}: {m}")
     stats.end_step()
-    # the group's load: expert 0 has 8 + 1 + 9 + 1 = 19 of 40 copies, the mean 10
+    # the group's load: expert 0 has 9 + 10 = 19 of the 40 copies, the mean expert 10
     assert stats.imbalance == [pytest.approx(1.9)] and stats.a2a_s[0] > 0
 
 
@@ -167,7 +142,8 @@ def _ranks(rank, world, points, meets, out):
     torch.set_num_threads(1)
     os.environ.update(meets[0])  # the dispatcher's check first, in a group of its own
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    _check_dispatch(rank)
+    for kernel in ("loop", "grouped_mm") if grouped_mm_runs("cpu", torch.float32) else ("loop",):
+        _check_dispatch(rank, kernel)
     end_group()
     results = []
     for i, (point, meet) in enumerate(zip(points, meets[1:])):  # one process group per point, as each worker has

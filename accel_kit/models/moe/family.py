@@ -178,6 +178,13 @@ class MixtureOfExperts(Family):
     # No tensor-parallel plan: sharding the attention alone would leave every expert whole on every rank.
     tensor_parallel: ClassVar[bool] = False
     context_parallel: ClassVar[bool] = False
+    # Each MoE layer's routed experts shard over ep ranks, their tokens exchanged by all-to-all (``moe.parallel``).
+    expert_parallel: ClassVar[bool] = True
+
+    def apply_expert_parallel(self, model: nn.Module, ep_mesh):
+        from accel_kit.models.moe.parallel import apply_expert_parallel
+
+        return apply_expert_parallel(model, ep_mesh)
 
     def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
         tables = [t for block in model.layers for t in (block.self_attn.rope_cos, block.self_attn.rope_sin)]
