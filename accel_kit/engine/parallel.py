@@ -246,19 +246,32 @@ class ParallelTrainer(Trainer):
     def optimizer_step(self) -> None:
         if self.dp_group is not None:
             size = dist.get_world_size(self.dp_group)
+            grads = [(_local(p.grad), id(p) in self.expert_ids) for p in self.params if p.grad is not None]
             with self.grad_sync.region():
-                for p in self.params:
-                    if p.grad is not None:
-                        grad = _local(p.grad)
-                        expert = id(p) in self.expert_ids
-                        group = self.expert_group if expert else self.dp_group
-                        if group is not None:
-                            dist.all_reduce(grad, group=group)
-                        grad.div_(size)  # an expert's too: its gradient sums every ep rank's tokens already
+                _mean_over(self.dp_group, [g for g, expert in grads if not expert], size)
+                # an expert's gradient sums every ep rank's tokens' already: over its replicas, divided by dp too
+                _mean_over(self.expert_group, [g for g, expert in grads if expert], size)
         super().optimizer_step()
         self.grad_sync.end_step()
         if self.experts is not None:
             self.experts.stats.end_step()
+
+
+def _mean_over(group: Any, grads: list[torch.Tensor], divisor: int) -> None:
+    """Sum ``grads`` in place over ``group`` (None: this rank alone) and divide them by ``divisor``: one
+    all-reduce of them flattened together per dtype, not one per tensor (a few dozen small ones would cost
+    each collective's latency again, as DDP's buckets avoid)."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for same in by_dtype.values():
+        flat = _flatten_dense_tensors(same)
+        if group is not None:
+            dist.all_reduce(flat, group=group)
+        flat.div_(divisor)
+        torch._foreach_copy_(same, list(_unflatten_dense_tensors(flat, same)))
 
 
 def context_parallel_kwargs(point: Any, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
