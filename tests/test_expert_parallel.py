@@ -1,11 +1,12 @@
 """Expert parallelism (issue 31): the all-to-all dispatcher against the local one on two gloo ranks, forward
 and backward, with deliberately uneven splits; ``-p ep 2`` under DDP and FSDP2 training as one process does;
-the layouts refused in one line; the memory estimate's expert shards."""
+the layouts refused in one line; the memory estimate's expert shards; the predictor's all-to-alls."""
 import dataclasses
 import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,7 +15,7 @@ from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.worker import end_group
 from accel_kit.errors import ParameterError
-from accel_kit.models import Layout, estimate_training_memory, family_of, get_config
+from accel_kit.models import Layout, estimate_training_memory, family_of, fits, get_config
 from accel_kit.models.moe.dispatch import LocalDispatch
 from accel_kit.models.moe.experts import Experts, grouped_mm_runs
 from accel_kit.models.moe.parallel import ExpertParallelDispatch, ExpertParallelStats
@@ -111,6 +112,7 @@ def test_memory_estimate_shards_the_experts_over_ep():
     assert whole.weights_bytes - sharded.weights_bytes == 6 * held
     assert whole.grads_bytes - sharded.grads_bytes == 6 * held
     assert whole.optimizer_bytes - sharded.optimizer_bytes == 8 * held
+    assert fits(sharded, 160 * 2**30) and not fits(whole, 160 * 2**30)  # 134 GiB a device against 606
     fsdp = [estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=Layout(dp=8, ep=ep, engine="fsdp"))
             for ep in (1, 8)]
     assert fsdp[0].optimizer_bytes == fsdp[1].optimizer_bytes  # every weight's shard is 1/dp either way
@@ -219,3 +221,42 @@ def test_expert_parallel_dispatches_and_trains_as_one_process(tmp_path, monkeypa
     for metrics in (ep_ddp, ep_fsdp):
         assert metrics["a2a_time_s"] > 0 and 0 < metrics["a2a_pct"] < 100
         assert 1 <= metrics["expert_load_imbalance"] <= 8 / 2
+
+
+# --- the predictor: the all-to-alls per MoE layer and the experts' shards
+
+def _predict_record(shape, step_s, mem_gib):
+    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len, "micro_batch_size": shape.micro_batch_size,
+              "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine}
+    return {"record_id": f"{shape.seq_len}-{shape.micro_batch_size}", "system": "cpu", "study": "scaling",
+            "status": "ok", "params": params, "env": {"device": {"threads": 2}},
+            "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"}}
+
+
+def test_predictor_adds_the_all_to_alls_and_shards_the_experts():
+    from accel_kit.predict import comm, resolve_params
+    from accel_kit.predict.predictor import Predictor
+    from accel_kit.predict.shape import TERMS, shape_for
+
+    debug = dict(seq_len=64, micro_batch_size=4, precision="bf16")
+    ep = shape_for("moe-debug", devices=2, ep=2, gas=3, **debug)
+    count, size = ep.expert_parallel_messages()
+    # dispatch and combine, forward and backward, per MoE layer (2 of moe-debug's 3) and micro-batch; each the
+    # micro-batch's token copies (b s k) of width h in bf16
+    assert (count, size) == (3 * 2 * 4, 4 * 64 * 2 * 64 * 2)
+    one_exchange = 1 * 100e-6 + 1 / 2 * size / 1e9  # two ranks: one pairwise step, half the message leaves
+    assert comm.expert_parallel_s(count, size, 2, 1e9, 100e-6) == pytest.approx(count * one_exchange)
+    assert shape_for("moe-debug", devices=2, **debug).expert_parallel_messages() == (0, 0.0)
+    rates = np.zeros(len(TERMS))
+    rates[TERMS.index("matmul_flops")], rates[TERMS.index("layer_launches")] = 1 / 50e9, 2e-3
+    singles = [shape_for("moe-debug", seq_len=s, micro_batch_size=mb, precision="bf16")
+               for s, mb in ((32, 2), (64, 4), (128, 2), (64, 8))]
+    predictor = Predictor("cpu", [_predict_record(s, float(s.work() @ rates), 0.3) for s in singles],
+                          link=comm.Link(1.0, 100.0, "test link"))
+    with_ep, without = (predictor.predict(shape_for("moe-debug", devices=2, ep=e, **debug)) for e in (2, 1))
+    assert with_ep.expert_parallel_s > 0 and without.expert_parallel_s == 0
+    assert with_ep.exposed_comm_s >= with_ep.expert_parallel_s
+    assert with_ep.shape.weights_per_device() < without.shape.weights_per_device()
+    assert any(a.startswith("expert parallel 2 within dp") for a in with_ep.assumptions)
+    with pytest.raises(ParameterError, match="ep 4 does not divide dp 2"):
+        resolve_params("full", {"preset": "moe-debug", "ep": 4, "devices": [2]})
