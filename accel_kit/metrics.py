@@ -76,7 +76,8 @@ _DECLARED = [
     Metric("grad_sync_pct", "%", "grad_sync_s as a share of step_time_s"),
     Metric("a2a_time_s", "s", "per optimizer step (median of the timed steps), expert parallelism's exchanges: the "
            "per-expert counts' all-gather and the dispatch and combine all-to-alls, forward and backward, over every "
-           "MoE layer and micro-batch (wall time, device synchronised around each; accel_kit.models.moe.parallel)"),
+           "MoE layer and micro-batch (wall time, device synchronised around each, waiting for the group's slowest "
+           "rank included; accel_kit.models.moe.parallel)"),
     Metric("a2a_pct", "%", "a2a_time_s as a share of step_time_s"),
     Metric("expert_load_imbalance", "1", "per step, each MoE layer's busiest expert's token copies over the mean "
            "expert's, over the ep group's tokens, averaged over the layers (median of the timed steps; 1: balanced)"),

@@ -46,7 +46,8 @@ class ExpertParallelStats:
 
     ``a2a_s``: wall seconds in the counts gather, the dispatch and the combine all-to-alls, forward and
     backward, over every MoE layer and micro-batch of the step (device synchronised around each, as every
-    clock here: the compute after an exchange waits on it anyway). ``imbalance``: per step, each MoE
+    clock here: the compute after an exchange waits on it anyway), the wait for the group's slowest rank
+    included (a rank that reaches the exchange first waits there for the busier one). ``imbalance``: per step, each MoE
     layer's busiest expert's token copies over the mean expert's, over the ep group's tokens and the
     step's micro-batches, averaged over the layers (1: balanced; E / k: every copy on k experts).
     """
