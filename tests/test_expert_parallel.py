@@ -260,3 +260,13 @@ def test_predictor_adds_the_all_to_alls_and_shards_the_experts():
     assert any(a.startswith("expert parallel 2 within dp") for a in with_ep.assumptions)
     with pytest.raises(ParameterError, match="ep 4 does not divide dp 2"):
         resolve_params("full", {"preset": "moe-debug", "ep": 4, "devices": [2]})
+
+
+def test_an_adapter_that_lays_points_out_itself_is_not_given_ep():
+    from types import SimpleNamespace
+
+    from accel_kit.engine.layout import unsupported_on_device
+
+    own = SimpleNamespace(name="ipu", engine_layouts=lambda: False)
+    assert "adapter 'ipu' lays a point out itself" in unsupported_on_device(_point(2, ep=2), own)
+    assert unsupported_on_device(_point(2, ep=2), SimpleNamespace(name="cpu", engine_layouts=lambda: True)) is None

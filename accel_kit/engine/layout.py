@@ -176,7 +176,12 @@ def check_expert_parallel(point: Any) -> None:
 
 def unsupported_on_device(point: Any, adapter: Any) -> str | None:
     """Why the device cannot run the point's layout (recorded as ``unsupported`` before anything is
-    allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``."""
+    allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``; expert
+    parallelism: the engine's own (all-to-alls over torch.distributed), so not where the programming model
+    maps a point's layout itself (``engine_layouts``)."""
     if point.cp > 1:
         return adapter.unsupported_context_parallel()
+    if point.ep > 1 and not adapter.engine_layouts():
+        return (f"ep {point.ep}: expert parallelism is the engine's (all-to-alls through torch.distributed), and "
+                f"adapter {adapter.name!r} lays a point out itself")
     return None
