@@ -300,3 +300,17 @@ def test_activation_bytes_are_what_a_moe_layer_keeps():
         layer(x)
     # CPU SDPA runs its flash kernel for a causal bf16 attention with no mask
     assert sum(kept.values()) == FAMILY.activation_bytes_per_layer(cfg, 2, SEQ, flash_attention=True)
+
+
+def test_grouped_experts_run_in_autocasts_dtype():
+    torch.manual_seed(0)
+    experts = Experts(4, 64, 32, "grouped_mm")  # fp32 weights, as mixed precision keeps them
+    counts, x = torch.tensor([3, 5, 0, 8]), torch.randn(16, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = experts.forward_sorted(x, counts)
+    assert y.dtype == torch.bfloat16  # the products in bf16, as autocast runs a linear's
+    reference = Experts(4, 64, 32, "loop")
+    reference.load_state_dict(experts.state_dict())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # both in bf16: one bf16 rounding of each product apart at most (rtol), and the fp32 sums' orders (atol)
+        assert_close_sums(y, reference.forward_sorted(x, counts), n_terms=64 + 32, accumulate=torch.float32)
