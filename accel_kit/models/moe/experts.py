@@ -54,6 +54,13 @@ class _ContiguousGrad(torch.autograd.Function):
         return grad.contiguous()
 
 
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the products run in: autocast's where it is on (``_grouped_mm`` is not on autocast's lists, so
+    it would run in the fp32 of the weights and of the norm's output), else the input's."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
 def _aligned(width: int, dtype: torch.dtype) -> int:
     per = ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
     return -(-width // per) * per
@@ -79,7 +86,7 @@ class Experts(nn.Module):
     def resolve_kernel(self, x: torch.Tensor) -> str:
         if self.kernel != "auto":
             return self.kernel
-        return "grouped_mm" if grouped_mm_runs(x.device.type, x.dtype) else "loop"
+        return "grouped_mm" if grouped_mm_runs(x.device.type, _compute_dtype(x)) else "loop"
 
     def forward_sorted(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Each expert's SwiGLU on its run of rows.
@@ -96,6 +103,7 @@ class Experts(nn.Module):
         return self._loop(x_sorted, counts)
 
     def _grouped(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        x = x.to(_compute_dtype(x))
         offs = torch.cumsum(counts, 0).to(torch.int32)  # end row of each expert's run
         h, f = self.hidden_size, self.ffn_hidden_size
         hp, fp = _aligned(h, x.dtype), _aligned(f, x.dtype)

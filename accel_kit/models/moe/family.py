@@ -22,6 +22,7 @@ from accel_kit.models.moe.presets import PRESETS, SOURCES
 BYTES_16BIT = 2  # Korthikanti's accounting is for 16-bit activations
 BYTES_FP32 = 4  # SDPA's logsumexp, RMSNorm's inverse RMS and the router's softmax stay fp32
 BYTES_INDEX = 8  # int64 routing indices
+BYTES_INT32 = 4  # the grouped product's offsets
 
 
 def _weights(cfg: MoEConfig) -> dict[str, int]:
@@ -125,13 +126,18 @@ class MixtureOfExperts(Family):
         - the two RMSNorms (inputs and fp32 inverse RMS) and the inputs of qkv_proj and of the MLP: 8 sbh + 8 sb;
         - q, k, v after RoPE and attention's output: 2 sb (2 dq + 2 dkv); flash's logsumexp 4 abs or the
           probabilities 2 a s^2 b;
-        - QK-norm: the norms' inputs, 2 sb (dq + dkv), and their fp32 inverse RMS (per head or per token);
-        - routing: the router's fp32 softmax output, 4 sbE; its top-k weights, 4 sbk; int64 buffers
-          (the top-k indices, the sort order, its inverse, the gathered rows' token index), 32 sbk;
+        - QK-norm: the norms' inputs, views of the whole qkv output, 2 sb (dq + 2 dkv), and their fp32
+          inverse RMS (per head or per token);
+        - routing: the router's fp32 softmax output, 4 sbE; the top-k probabilities and their sum (the
+          renormalisation's backward), 4 sb (k + 1); the weights in the compute dtype, 2 sbk; int64 buffers
+          (the top-k indices, the gathered rows' token index, the inverse of the sort), 24 sbk; the grouped
+          product's int32 offsets, 4 E;
         - the active experts, on the s b k token copies: the gathered rows (the grouped product's input),
-          2 sbk h; gate, up, silu(gate) and their product, 8 sbk F; the experts' outputs in token order (the
-          weighting's backward), 2 sbk h;
+          2 sbk h; gate and up (one tensor), silu(gate) and their product, 8 sbk F; the experts' outputs in
+          token order (the weighting's backward), 2 sbk h;
         - shared experts: SwiGLU's 8 sb F_s.
+
+        Checked against the tensors autograd keeps for one bf16 layer (``tests/test_moe.py``).
 
         On ``tp`` ranks the per-head tensors divide by tp (attention's tensor parallelism); the experts stay
         whole (no tensor-parallel plan for them).
@@ -144,8 +150,9 @@ class MixtureOfExperts(Family):
         split = BYTES_16BIT * sb * (2 * dq + 2 * dkv) + scores
         if cfg.qk_norm is not None:
             rows = (a + cfg.n_kv_heads) if cfg.qk_norm == "head" else 2
-            split += BYTES_16BIT * sb * (dq + dkv) + BYTES_FP32 * sb * rows
-        routing = BYTES_FP32 * sb * (cfg.n_experts + k) + 4 * BYTES_INDEX * sb * k
+            split += BYTES_16BIT * sb * (dq + 2 * dkv) + BYTES_FP32 * sb * rows
+        routing = (BYTES_FP32 * sb * (cfg.n_experts + k + 1) + BYTES_16BIT * sb * k + 3 * BYTES_INDEX * sb * k
+                   + BYTES_INT32 * cfg.n_experts)
         experts = BYTES_16BIT * sb * k * (2 * h + 4 * f)
         shared = BYTES_16BIT * sb * 4 * cfg.shared_width
         return whole + routing + experts + shared + split // tp

@@ -174,6 +174,9 @@ class HFMoELayer(torch.nn.Module):
     def __init__(self, cfg: MoEConfig):
         super().__init__()
         config = hf_config(cfg)
+        # The experts' kernel the whole model picks by default (PreTrainedModel's dispatch); a lone layer has none
+        # set and would run transformers' per-expert loop.
+        config._experts_implementation = "grouped_mm"
         index = next(i for i in range(cfg.n_layers) if cfg.is_moe_layer(i))  # a MoE layer, not a dense one
         self.layer = hf_class("DecoderLayer", cfg.hf_architecture)(config, layer_idx=index)
         self.rotary_emb = hf_class("RotaryEmbedding", cfg.hf_architecture)(config)
