@@ -47,9 +47,9 @@ class ExpertParallelStats:
     ``a2a_s``: wall seconds in the counts gather, the dispatch and the combine all-to-alls, forward and
     backward, over every MoE layer and micro-batch of the step (device synchronised around each, as every
     clock here: the compute after an exchange waits on it anyway), the wait for the group's slowest rank
-    included (a rank that reaches the exchange first waits there for the busier one). ``imbalance``: per step, each MoE
-    layer's busiest expert's token copies over the mean expert's, over the ep group's tokens and the
-    step's micro-batches, averaged over the layers (1: balanced; E / k: every copy on k experts).
+    included (a rank that reaches the exchange first waits there for the busier one). ``imbalance``: per
+    step, each MoE layer's busiest expert's token copies over the mean expert's, over the ep group's tokens
+    and the step's micro-batches, averaged over the layers (1: balanced; E / k: every copy on k experts).
     """
 
     synchronize: Callable[[], None] = lambda: None
@@ -124,33 +124,30 @@ class ExpertParallelDispatch:
         order = torch.argsort(flat, stable=True)  # copies sorted by expert, a token's copies in k order
         counts = torch.bincount(flat, minlength=self.n_experts)  # (E,)
         self.last_tokens_per_expert = counts.detach()
-        send, recv, local_counts = self._splits(counts)
-        received = _AllToAll.apply(x[order // k], recv.sum(1).tolist(), send, self.group, self.stats)
+        send, recv, recv_rows, local_counts = self._splits(counts)
+        received = _AllToAll.apply(x[order // k], recv_rows, send, self.group, self.stats)
         # ``received`` is source-major (rank p's copies for each of our experts, then rank p + 1's): regrouped
         # expert-major for forward_sorted, source order kept within an expert.
         local = torch.arange(self.n_local, device=x.device).repeat(self.ep)
         by_expert = torch.argsort(torch.repeat_interleave(local, recv.reshape(-1)), stable=True)
         y = experts.forward_sorted(received[by_expert], local_counts)
         y = y[torch.argsort(by_expert)]  # back to source-major
-        returned = _AllToAll.apply(y, send, recv.sum(1).tolist(), self.group, self.stats)  # (N k, h), sorted
+        returned = _AllToAll.apply(y, send, recv_rows, self.group, self.stats)  # (N k, h), sorted by expert
         copies = returned[torch.argsort(order)].view(n, k, -1)  # back to (token, k) order
         return (copies * top_k_weights.unsqueeze(-1).to(copies.dtype)).sum(dim=1)
 
-    def _splits(self, counts: torch.Tensor) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-        """What this rank sends to each rank (rows), what it receives from each rank for each of its experts
-        ((ep, E / ep), on the device), and its experts' rows in all (E / ep,)."""
+    def _splits(self, counts: torch.Tensor) -> tuple[list[int], torch.Tensor, list[int], torch.Tensor]:
+        """The exchange's sizes from this rank's per-expert counts (E,): the rows it sends to each rank, the
+        rows it receives from each rank for each of its experts ((ep, E / ep), on the device), the rows it
+        receives from each rank, and its experts' rows in all (E / ep,). The all-to-all takes its splits on
+        the host: one device-to-host copy for both."""
         gathered = counts.new_empty(self.ep * self.n_experts)
         self.stats.time(lambda: dist.all_gather_single(gathered, counts, group=self.group))
         gathered = gathered.view(self.ep, self.n_experts)  # (source rank, expert)
         self.stats.count(self.layer, gathered.sum(0))
-        send = counts.view(self.ep, self.n_local).sum(1).tolist()
         recv = gathered[:, self.rank * self.n_local:(self.rank + 1) * self.n_local]
-        return send, recv, recv.sum(0)
-
-
-def moe_layers(model: nn.Module) -> list[nn.Module]:
-    """The model's MoE MLPs, in order: the modules holding a ``router``, ``experts`` and a ``dispatcher``."""
-    return [m for m in model.modules() if all(hasattr(m, a) for a in ("router", "experts", "dispatcher"))]
+        sizes = torch.cat([counts.view(self.ep, self.n_local).sum(1), recv.sum(1)]).tolist()
+        return sizes[:self.ep], recv, sizes[self.ep:], recv.sum(0)
 
 
 @dataclass
@@ -174,9 +171,9 @@ def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> ExpertShards:
     the ranks together hold exactly one process's experts.
     """
     group = ep_mesh.get_group()
-    ep, rank = ep_mesh.size(), ep_mesh.get_local_rank()
+    ep, rank = dist.get_world_size(group), dist.get_rank(group)  # the rank the dispatcher takes its experts by
     stats = ExpertParallelStats()
-    layers = moe_layers(model)
+    layers = model.moe_layers()
     for index, layer in enumerate(layers):
         n_experts = layer.router.out_features
         if n_experts % ep:
