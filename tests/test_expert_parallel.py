@@ -138,18 +138,19 @@ def _capture_gradients(path):
     step.Trainer.optimizer_step = optimizer_step
 
 
-def _ranks(rank, world, points, meets, out):
+def _ranks(rank, world, points, meets, out, check_dispatch=True):
     from accel_kit.engine.worker import run_point
 
     torch.set_num_threads(1)
-    os.environ.update(meets[0])  # the dispatcher's check first, in a group of its own
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    for kernel in ("loop", "grouped_mm") if grouped_mm_runs("cpu", torch.float32) else ("loop",):
-        _check_dispatch(rank, kernel)
-    end_group()
+    if check_dispatch:  # the dispatcher's check first, in a group of its own
+        os.environ.update(meets[0])
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        for kernel in ("loop", "grouped_mm") if grouped_mm_runs("cpu", torch.float32) else ("loop",):
+            _check_dispatch(rank, kernel)
+        end_group()
     results = []
-    for i, (point, meet) in enumerate(zip(points, meets[1:])):  # one process group per point, as each worker has
-        os.environ.update(meet)
+    for i, (point, meet) in enumerate(zip(points, meets[check_dispatch:])):  # a process group per point, as
+        os.environ.update(meet)  # each worker has its own
         _capture_gradients(f"{out}.grads.{i}.{rank}")
         results.append(run_point(point, rank, world, rank).model_dump())
         end_group()
@@ -162,13 +163,13 @@ def _losses(result):
     return result["metrics"]["losses"]
 
 
-def _two_ranks_in_one(point, vocab, rank):
-    """A one-process point's batches at gas 2: data rank 0's and data rank 1's micro-batches in turn, so its
-    step's gradient is the mean of the two ranks' and its loss the mean of theirs."""
+def _ranks_in_one(point, vocab, rank):
+    """A one-process point's batches at gas n: data ranks 0 to n - 1's micro-batches in turn, so its step's
+    gradient is the mean of the n ranks' and its loss the mean of theirs."""
     from accel_kit.data import SyntheticBatches
 
     ranks = [iter(SyntheticBatches(vocab, point.seq_len, point.micro_batch_size, seed=point.seed, rank=r))
-             for r in (0, 1)]
+             for r in range(point.gas)]
     while True:
         for source in ranks:
             yield next(source)
@@ -186,41 +187,56 @@ def _assert_gradients_of_one_process(grads, reference, ep, rank, what):
         torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-8, msg=lambda m: f"{what}: {name}: {m}")
 
 
-@pytest.mark.slow
-def test_expert_parallel_dispatches_and_trains_as_one_process(tmp_path, monkeypatch):
-    """On two gloo ranks: the dispatcher against the local one (uneven splits, an expert without rows), then
-    moe-debug under DDP at ep 1, and at ep 2 under DDP and FSDP2, against one process at gas 2 over both
-    ranks' micro-batches."""
+def _train_as_one_process(tmp_path, monkeypatch, points, world, check_dispatch):
+    """``points`` on ``world`` gloo ranks against one process at gas ``world`` over every rank's micro-batches:
+    each step's loss (the ranks' mean) within 1e-4, and the first step's gradients. Returns rank 0's metrics."""
     from accel_kit.engine import train_measure
     from accel_kit.engine.worker import run_point
 
     torch.set_num_threads(1)
-    points = [_point(2), _point(2, ep=2), _point(2, ep=2, engine="fsdp")]
     out = tmp_path / "results.json"
-    with rendezvous(1 + len(points)) as meets:
-        spawn(_ranks, (2, points, meets, str(out)), 2)
-    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
-    monkeypatch.setattr(train_measure, "point_batches", _two_ranks_in_one)
+    with rendezvous(check_dispatch + len(points)) as meets:
+        spawn(_ranks, (world, points, meets, str(out), check_dispatch), world)
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
+    monkeypatch.setattr(train_measure, "point_batches", _ranks_in_one)
     _capture_gradients(f"{out}.grads.single")
-    single = _losses(run_point(_point(1, gas=2), 0, 1, 0))
+    single = _losses(run_point(_point(1, gas=world), 0, 1, 0))
     reference = torch.load(f"{out}.grads.single")
     for i, (point, *results) in enumerate(zip(points, *ranks)):
-        what = f"{point.engine} ep {point.ep}"
-        mean = [(a + b) / 2 for a, b in zip(*map(_losses, results))]
+        what = f"{point.engine} dp {point.data_parallel_size} ep {point.ep}"
+        mean = [sum(step) / world for step in zip(*map(_losses, results))]
         # fp32, the same weights and data: the layouts differ in summation order only (the all-reduces', the
         # experts' rows regrouped), a few roundings per step over 6 AdamW steps; the issue's bar is 1e-4.
         for step, (a, b) in enumerate(zip(mean, single)):
             assert abs(a - b) / abs(b) < 1e-4, f"{what}: step {step}: {a} against {b}"
         # AdamW takes a parameter's gradient up to its scale, so the losses alone would not see an expert's
         # gradient divided by the wrong count: the first step's gradients are compared too.
-        for rank in (0, 1):
+        for rank in range(world):
             grads = torch.load(f"{out}.grads.{i}.{rank}")
-            _assert_gradients_of_one_process(grads, reference, point.ep, rank, f"{what}, rank {rank}")
-    ep_ddp, ep_fsdp = (ranks[0][i]["metrics"] for i in (1, 2))
+            _assert_gradients_of_one_process(grads, reference, point.ep, rank % point.ep, f"{what}, rank {rank}")
+    return [r[0]["metrics"] for r in zip(*ranks)]
+
+
+@pytest.mark.slow
+def test_expert_parallel_dispatches_and_trains_as_one_process(tmp_path, monkeypatch):
+    """On two gloo ranks: the dispatcher against the local one (uneven splits, an expert without rows), then
+    moe-debug under DDP at ep 1, and at ep 2 under DDP and FSDP2, against one process at gas 2 over both
+    ranks' micro-batches."""
+    points = [_point(2), _point(2, ep=2), _point(2, ep=2, engine="fsdp")]
+    _, ep_ddp, ep_fsdp = _train_as_one_process(tmp_path, monkeypatch, points, 2, check_dispatch=True)
     assert ep_ddp["mesh"] == "pp 1 x dp 2 (ep 2) x cp 1 x tp 1"
     for metrics in (ep_ddp, ep_fsdp):
         assert metrics["a2a_time_s"] > 0 and 0 < metrics["a2a_pct"] < 100
         assert 1 <= metrics["expert_load_imbalance"] <= 8 / 2
+
+
+@pytest.mark.slow
+def test_expert_shards_replicated_over_dp_train_as_one_process(tmp_path, monkeypatch):
+    """dp 4 at ep 2: two replicas of each expert shard, whose gradients are reduced over them (by the engine
+    under DDP, by FSDP2's reduce-scatter under fsdp), on four gloo ranks against one process at gas 4."""
+    points = [_point(4, ep=2), _point(4, ep=2, engine="fsdp")]
+    metrics = _train_as_one_process(tmp_path, monkeypatch, points, 4, check_dispatch=False)
+    assert [m["mesh"] for m in metrics] == ["pp 1 x dp 4 (ep 2) x cp 1 x tp 1"] * 2
 
 
 # --- the predictor: the all-to-alls per MoE layer and the experts' shards

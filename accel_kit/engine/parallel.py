@@ -21,8 +21,9 @@ Expert parallelism is the family's (``Family.apply_expert_parallel``, ``accel_ki
 layer's routed experts sharded over the mesh's ``ep`` ranks, its tokens exchanged by all-to-all. The other
 parameters are replicated over ``dp`` and their gradients averaged over it as without ep; an expert's
 gradient, which already sums the contributions of every ep rank's tokens, is summed over the ``dp_mod_ep``
-ranks holding the same experts and divided by dp (under FSDP2: the experts sharded over ``dp_mod_ep`` with
-that divide factor), so it is the same mean over dp's micro-batches as a replicated parameter's. This
+ranks holding the same experts and divided by dp (under FSDP2: the experts sharded over ``dp_mod_ep``, which
+averages over it, then divided by ep), so it is the same mean over dp's micro-batches as a replicated
+parameter's. This
 follows torchtitan, which carves ep out of ``dp_shard`` and shards the experts' FSDP over ``dp_shard_mod_ep``.
 
 ``ParallelTrainer`` is ``accel_kit.engine.step.Trainer`` with what sharded parameters change: bf16 under
@@ -94,14 +95,14 @@ def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) ->
     return model
 
 
-def fsdp_experts(experts: Any, mesh: Any, dp: int, precision: str) -> None:
+def fsdp_experts(experts: Any, mesh: Any, precision: str) -> None:
     """FSDP2 on each MoE layer's expert shard over ``mesh`` (the dp / ep ranks holding the same experts), before
-    its block's: their gradients are reduce-scattered over those ranks and divided by all of ``dp``."""
+    its block's: their gradients are reduce-scattered over those ranks (averaged over them; the trainer
+    divides them by ep after, ``ParallelTrainer.optimizer_step``)."""
     from torch.distributed.fsdp import register_fsdp_forward_method
 
     for module in experts.modules:
         fsdp_wrap(module, [], mesh, precision)
-        module.set_gradient_divide_factor(float(dp))
         # the dispatcher calls the experts' forward_sorted, not forward: gathered around it as around a forward
         register_fsdp_forward_method(module, "forward_sorted")
 
@@ -114,7 +115,7 @@ def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> tuple[n
     experts = family.apply_expert_parallel(model, mesh["ep"]) if point.ep > 1 else None
     if point.engine == "fsdp":
         if experts is not None:
-            fsdp_experts(experts, mesh["dp_mod_ep"], point.data_parallel_size, point.precision)
+            fsdp_experts(experts, mesh["dp_mod_ep"], point.precision)
         blocks = getattr(model, family.pipeline_stages(model).blocks)
         model = fsdp_wrap(model, blocks, gradient_mesh(point, mesh), point.precision)
     return model, experts
@@ -246,11 +247,25 @@ class ParallelTrainer(Trainer):
     def optimizer_step(self) -> None:
         if self.dp_group is not None:
             size = dist.get_world_size(self.dp_group)
+            if self.expert_group is not None:
+                # A rank whose experts received no rows this step has no gradient for them while a replica of
+                # its shard may: zeros, so that every rank reduces the same tensors.
+                for p in self.params:
+                    if p.grad is None and id(p) in self.expert_ids:
+                        p.grad = torch.zeros_like(p)
             grads = [(_local(p.grad), id(p) in self.expert_ids) for p in self.params if p.grad is not None]
             with self.grad_sync.region():
                 _mean_over(self.dp_group, [g for g, expert in grads if not expert], size)
                 # an expert's gradient sums every ep rank's tokens' already: over its replicas, divided by dp too
                 _mean_over(self.expert_group, [g for g, expert in grads if expert], size)
+        if self.fsdp and self.experts is not None:
+            # FSDP averaged an expert's gradient over the dp / ep ranks holding its shard; each already sums the
+            # ep ranks' tokens, so over ep too for dp's mean. (FSDP2's gradient divide factor would do it in
+            # the reduce-scatter, but as NCCL's PREMUL_SUM, which gloo has not.)
+            ep = dist.get_world_size(self.experts.ep_group)
+            for p in self.params:
+                if p.grad is not None and id(p) in self.expert_ids:
+                    _local(p.grad).div_(ep)
         super().optimizer_step()
         self.grad_sync.end_step()
         if self.experts is not None:
