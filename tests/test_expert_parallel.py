@@ -242,8 +242,8 @@ def test_expert_shards_replicated_over_dp_train_as_one_process(tmp_path, monkeyp
 # --- the predictor: the all-to-alls per MoE layer and the experts' shards
 
 def _predict_record(shape, step_s, mem_gib):
-    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len, "micro_batch_size": shape.micro_batch_size,
-              "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine}
+    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
+              "micro_batch_size": shape.micro_batch_size, "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine}
     return {"record_id": f"{shape.seq_len}-{shape.micro_batch_size}", "system": "cpu", "study": "scaling",
             "status": "ok", "params": params, "env": {"device": {"threads": 2}},
             "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"}}

@@ -1,12 +1,13 @@
 """Parallelism beyond DDP, on torch's own APIs: FSDP2, DTensor tensor parallelism, context parallelism, and
 expert parallelism, and the trainer for them.
 
-The ranks form a device mesh ``(pp, dp, cp, tp)`` (``torch.distributed.device_mesh``); with expert parallelism
-``dp`` is itself ``dp_mod_ep x ep`` (``EXPERT_MESH_DIMS``), flattened back into ``dp`` for what is not an expert. Tensor parallelism is
-the family's plan (``Family.apply_tensor_parallel``: column-wise then row-wise linears per block, heads
-split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards every block, then the root, over
-``dp`` (with ``cp`` folded in). Under engine ddp with tensor or context parallelism the gradients are
-averaged over ``dp`` (and ``cp``) after the step's micro-batches (DDP itself takes no DTensor parameters).
+The ranks form a device mesh ``(pp, dp, cp, tp)`` (``torch.distributed.device_mesh``); with expert
+parallelism ``dp`` is itself ``dp_mod_ep x ep`` (``EXPERT_MESH_DIMS``), flattened back into ``dp`` for what
+is not an expert. Tensor parallelism is the family's plan (``Family.apply_tensor_parallel``: column-wise then
+row-wise linears per block, heads split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards
+every block, then the root, over ``dp`` (with ``cp`` folded in). Under engine ddp with tensor, context or
+expert parallelism the gradients are averaged over ``dp`` (and ``cp``) after the step's micro-batches (DDP
+itself takes no DTensor parameters, nor parameters that differ between its ranks).
 
 Context parallelism is torch's ``context_parallel`` (``torch.distributed.tensor.experimental``), applied
 as torchtitan's train loop applies it: each micro-batch's forward and backward run inside it, which
@@ -17,14 +18,14 @@ micro-batch's, averaged over cp with dp (so with no padded targets the step is o
 the whole sequence). It is written for CUDA and has not run here: torch's ring attention takes CUDA's
 fused SDPA kernels only, and a CPU point with cp above 1 is ``unsupported`` before it starts.
 
-Expert parallelism is the family's (``Family.apply_expert_parallel``, ``accel_kit.models.moe.parallel``): each MoE
-layer's routed experts sharded over the mesh's ``ep`` ranks, its tokens exchanged by all-to-all. The other
-parameters are replicated over ``dp`` and their gradients averaged over it as without ep; an expert's
-gradient, which already sums the contributions of every ep rank's tokens, is summed over the ``dp_mod_ep``
-ranks holding the same experts and divided by dp (under FSDP2: the experts sharded over ``dp_mod_ep``, which
-averages over it, then divided by ep), so it is the same mean over dp's micro-batches as a replicated
-parameter's. This
-follows torchtitan, which carves ep out of ``dp_shard`` and shards the experts' FSDP over ``dp_shard_mod_ep``.
+Expert parallelism is the family's (``Family.apply_expert_parallel``, ``accel_kit.models.moe.parallel``):
+each MoE layer's routed experts sharded over the mesh's ``ep`` ranks, its tokens exchanged by all-to-all.
+The other parameters are replicated over ``dp`` and their gradients averaged over it as without ep; an
+expert's gradient, which already sums the contributions of every ep rank's tokens, is summed over the
+``dp_mod_ep`` ranks holding the same experts and divided by dp (under FSDP2: the experts sharded over
+``dp_mod_ep``, whose reduce-scatter averages over it, then divided by ep), so it is the same mean over dp's
+micro-batches as a replicated parameter's. This follows torchtitan, which carves ep out of ``dp_shard`` and
+shards the experts' FSDP over ``dp_shard_mod_ep``.
 
 ``ParallelTrainer`` is ``accel_kit.engine.step.Trainer`` with what sharded parameters change: bf16 under
 FSDP keeps fp32 (sharded) parameters and lets the mixed-precision policy cast them per forward (so no
