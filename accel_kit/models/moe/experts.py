@@ -37,7 +37,7 @@ def grouped_mm_runs(device_type: str, dtype: torch.dtype) -> bool:
             y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
             y.backward(torch.ones_like(y))
             return True
-    except (RuntimeError, NotImplementedError, TypeError):
+    except Exception:  # noqa: BLE001 (any device's way of saying it has no such kernel: then the loop runs)
         return False
 
 
