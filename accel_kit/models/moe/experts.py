@@ -84,9 +84,14 @@ class Experts(nn.Module):
         nn.init.normal_(self.down_proj, mean=0.0, std=INIT_STD)
 
     def resolve_kernel(self, x: torch.Tensor) -> str:
+        dtype = _compute_dtype(x)
+        if torch.compiler.is_compiling() and dtype != torch.bfloat16:
+            # _grouped_mm's fake-tensor rule (what torch.compile traces with) takes bf16 only, though the CPU
+            # kernel runs fp32: the loop then, whatever was asked
+            return "loop"
         if self.kernel != "auto":
             return self.kernel
-        return "grouped_mm" if grouped_mm_runs(x.device.type, _compute_dtype(x)) else "loop"
+        return "grouped_mm" if grouped_mm_runs(x.device.type, dtype) else "loop"
 
     def forward_sorted(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Each expert's SwiGLU on its run of rows.
