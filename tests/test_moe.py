@@ -268,9 +268,12 @@ def test_shape_record_and_kernel_choice():
                                    "n_shared_experts", "n_moe_layers", "expert_kernel")} == {
         "family": "moe", "n_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 768,
         "n_shared_experts": 0, "n_moe_layers": 48, "expert_kernel": "grouped_mm"}
-    model = _built(DEBUG)
+    model = _built(replace(DEBUG, expert_kernel="loop"))
+    assert FAMILY.ran_fields(model) == {}  # nothing ran yet: the shape's answer stands
     model(torch.randint(0, 512, (1, 8)))
-    assert model.expert_kernel_ran() == "grouped_mm"
+    # what ran replaces the shape's answer in the record, found through a wrapper as under DDP
+    assert model.expert_kernel_ran() == "loop" and FAMILY.ran_fields(torch.nn.Sequential(model)) == {
+        "expert_kernel": "loop"}
     imbalance = model.load_imbalance()  # 16 routed copies over 8 experts in each of the two MoE layers
     assert len(imbalance) == 2 and all(1.0 <= r <= 8.0 for r in imbalance)
     assert FAMILY.layer_weight_count(DEBUG) == 64 * 128 + 64 * 64 + 64 * 8 + 8 * 3 * 64 * 32
