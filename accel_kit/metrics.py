@@ -29,7 +29,7 @@ class Metric:
 
 _DECLARED = [
     # --- the model and the work (known before the run)
-    Metric("family", "text", "the model family that ran (gpt2, llama, hf)"),
+    Metric("family", "text", "the model family that ran (gpt2, llama, moe, hf)"),
     Metric("n_layers", "1", "transformer blocks of the model that ran"),
     Metric("n_heads", "1", "attention (query) heads per block"),
     Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)"),
@@ -46,6 +46,8 @@ _DECLARED = [
     Metric("expert_ffn_hidden_size", "1", "one expert's inner width (MoE models only)"),
     Metric("n_shared_experts", "1", "experts every token passes through besides its routed ones (MoE models only)"),
     Metric("n_moe_layers", "1", "layers with a MoE MLP; the others keep a dense MLP (MoE models only)"),
+    Metric("expert_kernel", "text", "how the routed experts' products ran: grouped_mm (torch._grouped_mm, one call "
+                                    "for every expert) or loop (one product per expert; MoE models only)"),
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
     Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)"),
     Metric("global_batch_size", "samples", "samples per optimizer step over all replicas"),

@@ -268,9 +268,14 @@ def test_shape_record_and_kernel_choice():
                                    "n_shared_experts", "n_moe_layers", "expert_kernel")} == {
         "family": "moe", "n_experts": 128, "experts_per_token": 8, "expert_ffn_hidden_size": 768,
         "n_shared_experts": 0, "n_moe_layers": 48, "expert_kernel": "grouped_mm"}
-    model = _built(DEBUG)
+    model = _built(replace(DEBUG, expert_kernel="loop"))
+    assert FAMILY.ran_fields(model) == {}  # nothing ran yet: the shape's answer stands
     model(torch.randint(0, 512, (1, 8)))
-    assert model.expert_kernel_ran() == "grouped_mm"
+    # what ran replaces the shape's answer in the record, found through a wrapper as under DDP
+    assert model.expert_kernel_ran() == "loop" and FAMILY.ran_fields(torch.nn.Sequential(model)) == {
+        "expert_kernel": "loop"}
+    imbalance = model.load_imbalance()  # 16 routed copies over 8 experts in each of the two MoE layers
+    assert len(imbalance) == 2 and all(1.0 <= r <= 8.0 for r in imbalance)
     assert FAMILY.layer_weight_count(DEBUG) == 64 * 128 + 64 * 64 + 64 * 8 + 8 * 3 * 64 * 32
     names = [name for name, _ in FAMILY.prunable_linears(model)]
     assert "layers.1.mlp.router" not in names and "layers.0.mlp.gate_up_proj" in names
@@ -314,3 +319,26 @@ def test_grouped_experts_run_in_autocasts_dtype():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # both in bf16: one bf16 rounding of each product apart at most (rtol), and the fp32 sums' orders (atol)
         assert_close_sums(y, reference.forward_sorted(x, counts), n_terms=64 + 32, accumulate=torch.float32)
+
+
+def test_a_training_record_carries_both_counts_the_experts_and_active_flops():
+    from accel_kit import metrics
+    from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.worker import run_point
+
+    point = TrainPoint(system="cpu", preset="moe-debug", precision="fp32", micro_batch_size=2, seq_len=32, steps=2,
+                       warmup_steps=1)
+    result = run_point(point, rank=0, world=1, local_rank=0)
+    assert result["status"] == "ok", result.get("reason")
+    m = result["metrics"]
+    assert not metrics.undeclared(m), metrics.undeclared(m)
+    cfg = get_config("moe-debug", seq_len=32)
+    assert (m["n_params"], m["n_params_active"]) == (count_params("moe-debug"), count_active_params("moe-debug"))
+    assert {k: m[k] for k in ("n_experts", "experts_per_token", "expert_ffn_hidden_size", "n_moe_layers",
+                              "expert_kernel")} == {"n_experts": 8, "experts_per_token": 2,
+                                                    "expert_ffn_hidden_size": 32, "n_moe_layers": 2,
+                                                    "expert_kernel": "grouped_mm"}
+    assert m["flops_per_token"] == FAMILY.flop_terms(cfg, 32).total()
+    # the active weights' FLOPs: fewer than every expert's by 6 per skipped weight
+    assert m["flops_per_token"] + 6 * FAMILY.inactive_weight_count(cfg) == FAMILY.flop_terms(
+        replace(cfg, experts_per_token=cfg.n_experts), 32).total()

@@ -271,6 +271,11 @@ class Family(ABC):
         """Where ``flop_terms`` come from, for the record: ``analytic`` (our families' formulas) or ``counted``."""
         return "analytic"
 
+    def ran_fields(self, model: nn.Module) -> dict[str, Any]:
+        """Record fields only the model knows once it has run (a MoE model's experts' kernel: torch.compile may
+        have chosen another than the config's); they replace the shape's. None by default."""
+        return {}
+
     def preload_modules(self, preset: str) -> tuple[str, ...]:
         """Modules a training point of ``preset`` imports beyond every point's (``Point.preload_modules``)."""
         return ()

@@ -15,7 +15,7 @@ from torch import nn
 import accel_kit.models.moe.hf as moe_hf  # by its full name: no import through the package's face
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, unique_tensors
 from accel_kit.models.moe.config import MoEConfig
-from accel_kit.models.moe.experts import grouped_mm_runs
+from accel_kit.models.moe.experts import Experts, grouped_mm_runs
 from accel_kit.models.moe.model import MoEBlock, MoEModel
 from accel_kit.models.moe.presets import PRESETS, SOURCES
 
@@ -208,8 +208,10 @@ class MixtureOfExperts(Family):
     def hf_config(self, cfg: MoEConfig):
         return moe_hf.hf_config(cfg)
 
-    def preload_modules(self, preset: str) -> tuple[str, ...]:
-        return ()
+    def ran_fields(self, model: nn.Module) -> dict[str, str]:
+        """The experts' kernel the last step ran (found through any wrapper), where it has run."""
+        ran = next((m.kernel_ran for m in model.modules() if isinstance(m, Experts) and m.kernel_ran), None)
+        return {"expert_kernel": ran} if ran else {}
 
     # --- configs as data
 

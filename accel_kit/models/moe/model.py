@@ -209,6 +209,12 @@ class MoEModel(nn.Module):
     def num_params(self) -> int:
         return unique_param_count(self)
 
+    def load_imbalance(self) -> list[float]:
+        """Per MoE layer, the busiest expert's tokens over the mean, in the last forward (1.0: even; E: all on one
+        expert), from each layer's dispatcher (``last_tokens_per_expert``)."""
+        counts = [m.dispatcher.last_tokens_per_expert for m in self.moe_layers()]
+        return [(c.max() / c.float().mean()).item() for c in counts if c is not None]
+
     def expert_kernel_ran(self) -> str | None:
         """The experts' kernel of the last forward (None before one)."""
         return next((m.experts.kernel_ran for m in self.moe_layers()), None)
