@@ -29,7 +29,7 @@ class Metric:
 
 _DECLARED = [
     # --- the model and the work (known before the run)
-    Metric("family", "text", "the model family that ran (gpt2, llama, hf)"),
+    Metric("family", "text", "the model family that ran (gpt2, llama, moe, hf)"),
     Metric("n_layers", "1", "transformer blocks of the model that ran"),
     Metric("n_heads", "1", "attention (query) heads per block"),
     Metric("n_kv_heads", "1", "key/value heads per block (fewer than n_heads: grouped-query attention)"),
@@ -46,11 +46,14 @@ _DECLARED = [
     Metric("expert_ffn_hidden_size", "1", "one expert's inner width (MoE models only)"),
     Metric("n_shared_experts", "1", "experts every token passes through besides its routed ones (MoE models only)"),
     Metric("n_moe_layers", "1", "layers with a MoE MLP; the others keep a dense MLP (MoE models only)"),
+    Metric("expert_kernel", "text", "how the routed experts' products ran: grouped_mm (torch._grouped_mm, one call "
+                                    "for every expert) or loop (one product per expert; MoE models only)"),
     Metric("flops", "FLOP", "one timed call's FLOPs per device (training: PaLM convention; block: one iteration)"),
     Metric("flops_per_token", "FLOP", "training FLOPs per token (forward and backward, full attention counted)"),
     Metric("global_batch_size", "samples", "samples per optimizer step over all replicas"),
     Metric("dp", "1", "data-parallel degree: model replicas, devices / (tp x pp x cp), named as tp and pp are"),
-    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp (accel_kit.engine.layout)"),
+    Metric("mesh", "text", "the device mesh, outermost first: pp x dp x cp x tp, with the expert-parallel ranks "
+                           "carved out of dp after it, dp 4 (ep 2) (accel_kit.engine.layout)"),
     Metric("tokens_per_step", "tokens", "tokens per optimizer step over all replicas"),
     Metric("flops_source", "text", "where the FLOPs come from: analytic (our family's formulas) or counted "
                                    "(torch's FLOP counter on fake tensors, the hf family)"),
@@ -73,6 +76,13 @@ _DECLARED = [
            "pipeline's tied-weight sum (exposed communication; DDP's and FSDP's own overlap the backward and are "
            "not separable)"),
     Metric("grad_sync_pct", "%", "grad_sync_s as a share of step_time_s"),
+    Metric("a2a_time_s", "s", "per optimizer step (median of the timed steps), expert parallelism's exchanges: the "
+           "per-expert counts' all-gather and the dispatch and combine all-to-alls, forward and backward, over every "
+           "MoE layer and micro-batch (wall time, device synchronised around each, waiting for the group's slowest "
+           "rank included; accel_kit.models.moe.parallel)"),
+    Metric("a2a_pct", "%", "a2a_time_s as a share of step_time_s"),
+    Metric("expert_load_imbalance", "1", "per step, each MoE layer's busiest expert's token copies over the mean "
+           "expert's, over the ep group's tokens, averaged over the layers (median of the timed steps; 1: balanced)"),
     Metric("tokens_per_s", "tokens/s", "tokens per second over all devices (block: of one block)"),
     Metric("tokens_per_s_per_device", "tokens/s", "tokens per second per device"),
     Metric("samples_per_s", "samples/s", "samples per second over the median step"),

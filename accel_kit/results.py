@@ -167,7 +167,7 @@ def _with_layout(record: dict) -> dict:
         derived["dp"] = dp
     if "mesh" not in metrics and dp is not None:
         layout = LAYOUT_DEFAULTS | params
-        derived["mesh"] = mesh_label(pp=layout["pp"], dp=dp, cp=layout["cp"], tp=layout["tp"])
+        derived["mesh"] = mesh_label(pp=layout["pp"], dp=dp, cp=layout["cp"], tp=layout["tp"], ep=layout["ep"])
     if not missing and not derived and not old_dp:
         return record
     metrics = {k: v for k, v in metrics.items() if k != OLD_DP_NAME} | derived

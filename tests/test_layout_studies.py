@@ -62,7 +62,7 @@ def test_layouts_given_to_a_study_and_refused_in_one_line():
         studies.resolve("scaling", also=[{"tp": 2, "stages": 2}], **smoke)
     with pytest.raises(ParameterError, match=r"also\[0\]\[systems\]': unknown system 'a10'"):
         all_points(studies.resolve("scaling", also=[{"tp": 2, "systems": ["a10"]}], **smoke), load_system("cpu"))
-    with pytest.raises(ParameterError, match=r"also\[0\]': its layout \(tp 4, pp 1, cp 1\) divides none"):
+    with pytest.raises(ParameterError, match=r"also\[0\]': its layout \(tp 4, pp 1, cp 1, ep 1\) divides none"):
         all_points(studies.resolve("scaling", also=[{"tp": 4}], **smoke), load_system("cpu"), unresolved_precision)
 
 

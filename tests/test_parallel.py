@@ -31,15 +31,16 @@ def _point(preset="gpt2-debug", devices=1, **fields):
 
 
 def test_resume_keys_unchanged_at_the_default_layout():
-    # The keys this point had before tp, pp, pp_microbatches, pp_schedule and cp existed (computed at commit
+    # The keys this point had before tp, pp, pp_microbatches, pp_schedule, cp and ep existed (computed at commit
     # 227567e): a record measured then resumes as the same point.
     fields = dict(system="cpu", preset="gpt2-debug", precision="fp32", micro_batch_size=2, seq_len=16, devices=2)
     assert TrainPoint(**fields).key() == "0552ec7a343ab16d"
     assert TrainPoint(**fields).frontier_key() == "ad469254ee92c1dc"
     assert TrainPoint(**fields, engine="deepspeed").key() == "a6b32a26e7f7844a"
     others = {TrainPoint(**fields, **change).key() for change in
-              ({}, {"tp": 2}, {"engine": "fsdp"}, {"pp": 2}, {"pp": 2, "pp_schedule": "1f1b"}, {"cp": 2})}
-    assert len(others) == 6
+              ({}, {"tp": 2}, {"engine": "fsdp"}, {"pp": 2}, {"pp": 2, "pp_schedule": "1f1b"}, {"cp": 2},
+               {"ep": 2})}
+    assert len(others) == 7
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -66,7 +66,7 @@ def test_the_stages_chained_compute_the_model(preset, pp):
     ({"devices": 2, "pp": 2, "pp_microbatches": 3}, "micro_batch_size 4 does not split into pp_microbatches 3"),
     ({"devices": 2, "pp": 2, "pp_schedule": "1f1b", "pp_microbatches": 1},
      "pp_schedule 1f1b needs pp_microbatches of at least pp 2, got 1"),
-    ({"devices": 2, "pp": 2, "precision": "fp16"}, "fp16 under fsdp, tp or pp"),
+    ({"devices": 2, "pp": 2, "precision": "fp16"}, "fp16 under fsdp, tp, pp or ep"),
 ])
 def test_pipeline_layouts_not_built_answer_in_one_line(fields, message):
     with pytest.raises(ParameterError, match=message):

@@ -101,7 +101,7 @@ class EagerModel:
         if point.engine == "deepspeed":
             return self.deepspeed_trainer(point, model, batches, device, optim, world, self.adapter,
                                           graph_break=graph_break)
-        if point.engine == "fsdp" or point.tp * point.pp * point.cp > 1:
+        if point.engine == "fsdp" or point.tp * point.pp * point.cp * point.ep > 1:
             from accel_kit.models import family_of
 
             if point.pp > 1:

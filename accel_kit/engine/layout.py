@@ -1,7 +1,9 @@
-"""A training point's parallel layout, checked before anything runs: data x tensor x pipeline x context parallel.
+"""A training point's parallel layout, checked before anything runs: data x tensor x pipeline x context parallel,
+and expert parallel within the data-parallel ranks.
 
 The devices split as ``pp`` pipeline stages x ``dp`` data-parallel replicas x ``cp`` context-parallel
-ranks x ``tp`` tensor-parallel ranks, dp = devices / (tp x pp x cp). What the model allows is the
+ranks x ``tp`` tensor-parallel ranks, dp = devices / (tp x pp x cp); a MoE model's routed experts may
+be sharded over ``ep`` of the dp ranks (ep divides dp; ``accel_kit.models.moe.parallel``). What the model allows is the
 family's to say (its shape's heads and key/value heads, its blocks, whether it has a tensor-parallel
 plan, whether its positions can be sharded); what the engine here has built is this module's. Every
 refusal is one ``ParameterError`` line (the CLI's exit status 2); what depends on the device (whether
@@ -22,7 +24,7 @@ def mesh_sizes(point: Any) -> tuple[int, ...]:
 
 def mesh_text(point: Any) -> str:
     """The layout as a record shows it: ``pp 1 x dp 2 x cp 1 x tp 1``."""
-    return mesh_label(**dict(zip(MESH_DIMS, mesh_sizes(point))))
+    return mesh_label(ep=point.ep, **dict(zip(MESH_DIMS, mesh_sizes(point))))
 
 
 def data_rank(point: Any, rank: int) -> int:
@@ -54,6 +56,8 @@ def check_layout(point: Any) -> None:
                              f"(dp = devices / (tp x pp x cp) must be a whole number)")
     if cp > 1:
         check_context_parallel(point)
+    if point.ep > 1:
+        check_expert_parallel(point)
     if tp * pp == 1:
         _check_engine(point)
         return
@@ -100,12 +104,12 @@ def _check_engine(point: Any) -> None:
         # torch's Schedule1F1B: its warm-up runs one forward per later stage before the first backward
         raise ParameterError(f"pp_schedule 1f1b needs pp_microbatches of at least pp {point.pp}, "
                              f"got {point.microbatches}")
-    sharded = point.engine == "fsdp" or point.tp * point.pp > 1
+    sharded = point.engine == "fsdp" or point.tp * point.pp * point.ep > 1
     if sharded and point.precision == "fp16":
-        raise ParameterError("fp16 under fsdp, tp or pp needs a sharded gradient scaler, not built here; "
+        raise ParameterError("fp16 under fsdp, tp, pp or ep needs a sharded gradient scaler, not built here; "
                              "use bf16 or fp32")
     if sharded and (point.sparsity > 0 or point.torch_compile):
-        raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp or pp here")
+        raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp, pp or ep here")
 
 
 def check_context_parallel(point: Any) -> None:
@@ -139,9 +143,45 @@ def check_context_parallel(point: Any) -> None:
                              "context parallelism can shard; use cp 1")
 
 
+def check_expert_parallel(point: Any) -> None:
+    """Refuse an expert-parallel layout (ep above 1) that the model or the engine here cannot take.
+
+    Raises:
+        ParameterError: the first problem, in one line.
+    """
+    from accel_kit.models import family_of, get_config
+
+    ep, dp = point.ep, point.data_parallel_size
+    cfg = get_config(point.preset, **({"vocab_size": point.vocab_size} if point.vocab_size else {}))
+    family, shape = family_of(cfg), family_of(cfg).shape(cfg)
+    if not shape.n_experts:
+        raise ParameterError(f"{point.preset} is a dense model: ep shards a mixture-of-experts model's experts; "
+                             "use ep 1")
+    if not family.expert_parallel:
+        raise ParameterError(f"the {family.name} family has no expert-parallel plan; use ep 1")
+    if shape.experts_per_token > shape.n_experts:
+        raise ParameterError(f"top-k {shape.experts_per_token} is more experts than the {shape.n_experts} "
+                             f"of {point.preset}")
+    if shape.n_experts % ep:
+        raise ParameterError(f"ep {ep} does not divide the {shape.n_experts} experts of {point.preset}")
+    if dp % ep:
+        raise ParameterError(f"ep {ep} does not divide dp {dp}: the expert-parallel ranks are carved out of the "
+                             "data-parallel ones (dp = devices / (tp x pp x cp))")
+    if point.engine == "deepspeed":
+        raise ParameterError(f"engine deepspeed runs data parallelism only here (ep {ep}); use engine ddp or fsdp")
+    for other, degree in (("pp", point.pp), ("cp", point.cp)):
+        if degree > 1:
+            raise ParameterError(f"ep and {other} together are not built here; use one of them")
+
+
 def unsupported_on_device(point: Any, adapter: Any) -> str | None:
     """Why the device cannot run the point's layout (recorded as ``unsupported`` before anything is
-    allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``."""
+    allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``; expert
+    parallelism: the engine's own (all-to-alls over torch.distributed), so not where the programming model
+    maps a point's layout itself (``engine_layouts``)."""
     if point.cp > 1:
         return adapter.unsupported_context_parallel()
+    if point.ep > 1 and not adapter.engine_layouts():
+        return (f"ep {point.ep}: expert parallelism is the engine's (all-to-alls through torch.distributed), and "
+                f"adapter {adapter.name!r} lays a point out itself")
     return None

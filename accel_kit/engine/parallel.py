@@ -1,11 +1,13 @@
 """Parallelism beyond DDP, on torch's own APIs: FSDP2, DTensor tensor parallelism, context parallelism, and
-the trainer for them.
+expert parallelism, and the trainer for them.
 
-The ranks form a device mesh ``(pp, dp, cp, tp)`` (``torch.distributed.device_mesh``). Tensor parallelism is
-the family's plan (``Family.apply_tensor_parallel``: column-wise then row-wise linears per block, heads
-split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards every block, then the root, over
-``dp`` (with ``cp`` folded in). Under engine ddp with tensor or context parallelism the gradients are
-averaged over ``dp`` (and ``cp``) after the step's micro-batches (DDP itself takes no DTensor parameters).
+The ranks form a device mesh ``(pp, dp, cp, tp)`` (``torch.distributed.device_mesh``); with expert
+parallelism ``dp`` is itself ``dp_mod_ep x ep`` (``EXPERT_MESH_DIMS``), flattened back into ``dp`` for what
+is not an expert. Tensor parallelism is the family's plan (``Family.apply_tensor_parallel``: column-wise then
+row-wise linears per block, heads split) on the mesh's ``tp`` dimension; FSDP2 (``fully_shard``) shards
+every block, then the root, over ``dp`` (with ``cp`` folded in). Under engine ddp with tensor, context or
+expert parallelism the gradients are averaged over ``dp`` (and ``cp``) after the step's micro-batches (DDP
+itself takes no DTensor parameters, nor parameters that differ between its ranks).
 
 Context parallelism is torch's ``context_parallel`` (``torch.distributed.tensor.experimental``), applied
 as torchtitan's train loop applies it: each micro-batch's forward and backward run inside it, which
@@ -16,10 +18,19 @@ micro-batch's, averaged over cp with dp (so with no padded targets the step is o
 the whole sequence). It is written for CUDA and has not run here: torch's ring attention takes CUDA's
 fused SDPA kernels only, and a CPU point with cp above 1 is ``unsupported`` before it starts.
 
+Expert parallelism is the family's (``Family.apply_expert_parallel``, ``accel_kit.models.moe.parallel``):
+each MoE layer's routed experts sharded over the mesh's ``ep`` ranks, its tokens exchanged by all-to-all.
+The other parameters are replicated over ``dp`` and their gradients averaged over it as without ep; an
+expert's gradient, which already sums the contributions of every ep rank's tokens, is summed over the
+``dp_mod_ep`` ranks holding the same experts and divided by dp (under FSDP2: the experts sharded over
+``dp_mod_ep``, whose reduce-scatter averages over it, then divided by ep), so it is the same mean over dp's
+micro-batches as a replicated parameter's. This follows torchtitan, which carves ep out of ``dp_shard`` and
+shards the experts' FSDP over ``dp_shard_mod_ep``.
+
 ``ParallelTrainer`` is ``accel_kit.engine.step.Trainer`` with what sharded parameters change: bf16 under
 FSDP keeps fp32 (sharded) parameters and lets the mixed-precision policy cast them per forward (so no
 master copy), the optimizer's parameter groups hold DTensors and plain tensors apart (a foreach kernel
-takes one kind), and clipping sums each gradient's squared norm over its shards.
+takes one kind), and clipping sums each gradient's squared norm over its shards (an expert shard's over ep).
 """
 from __future__ import annotations
 
@@ -41,18 +52,32 @@ from accel_kit.engine.layout import mesh_sizes
 from accel_kit.mesh import MESH_DIMS
 
 
+# With expert parallelism, dp as dp / ep replicas of each expert shard (outer) x ep shards (inner): an ep group is
+# dp ranks that are neighbours, as their data ranks are (``layout.data_rank``).
+EXPERT_MESH_DIMS = ("pp", "dp_mod_ep", "ep", "cp", "tp")
+
+
 def device_mesh(point: Any, device: torch.device) -> Any:
-    """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started)."""
+    """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started); with ep above
+    1, as ``EXPERT_MESH_DIMS`` (``data_parallel_mesh`` is their ``dp``)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device.type, mesh_sizes(point), mesh_dim_names=MESH_DIMS)
+    if point.ep == 1:
+        return init_device_mesh(device.type, mesh_sizes(point), mesh_dim_names=MESH_DIMS)
+    pp, dp, cp, tp = mesh_sizes(point)
+    return init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
+
+
+def data_parallel_mesh(point: Any, mesh: Any) -> Any:
+    """The mesh's ``dp`` ranks: with ep above 1, its ``dp_mod_ep x ep`` flattened (made once, then the root's)."""
+    return mesh["dp"] if point.ep == 1 else mesh["dp_mod_ep", "ep"]._flatten("dp")
 
 
 def gradient_mesh(point: Any, mesh: Any) -> Any:
     """The ranks whose gradients are averaged: ``dp``, with ``cp`` folded in where it is above 1 (a
     context-parallel group's ranks hold parts of one micro-batch's gradient), as torchtitan's ``dp_shard_cp``."""
     if point.cp == 1:
-        return mesh["dp"]
+        return data_parallel_mesh(point, mesh)
     return mesh["dp", "cp"]._flatten("dp_cp")
 
 
@@ -71,14 +96,30 @@ def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) ->
     return model
 
 
-def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> nn.Module:
-    """``model`` with the point's tensor parallelism (the family's plan) and, for engine fsdp, FSDP2."""
+def fsdp_experts(experts: Any, mesh: Any, precision: str) -> None:
+    """FSDP2 on each MoE layer's expert shard over ``mesh`` (the dp / ep ranks holding the same experts), before
+    its block's: their gradients are reduce-scattered over those ranks (averaged over them; the trainer
+    divides them by ep after, ``ParallelTrainer.optimizer_step``)."""
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    for module in experts.modules:
+        fsdp_wrap(module, [], mesh, precision)
+        # the dispatcher calls the experts' forward_sorted, not forward: gathered around it as around a forward
+        register_fsdp_forward_method(module, "forward_sorted")
+
+
+def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> tuple[nn.Module, Any]:
+    """``model`` with the point's tensor parallelism (the family's plan), expert parallelism (the family's) and,
+    for engine fsdp, FSDP2; and the family's expert shards (None without ep)."""
     if point.tp > 1:
         family.apply_tensor_parallel(model, mesh["tp"])
+    experts = family.apply_expert_parallel(model, mesh["ep"]) if point.ep > 1 else None
     if point.engine == "fsdp":
+        if experts is not None:
+            fsdp_experts(experts, mesh["dp_mod_ep"], point.precision)
         blocks = getattr(model, family.pipeline_stages(model).blocks)
         model = fsdp_wrap(model, blocks, gradient_mesh(point, mesh), point.precision)
-    return model
+    return model, experts
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -94,23 +135,35 @@ class ParallelTrainer(Trainer):
     dimension) sharded too; ``cp_backends``: the SDPA kernels to restrict attention to there (None: as set
     around the window). None: no context parallelism. ``synchronize``: the device's (the adapter's), for
     ``grad_sync``, the time in the gradient reductions this trainer issues itself (``extra_metrics``).
+    ``experts``: the family's expert shards under expert parallelism (``accel_kit.models.moe.parallel``), with
+    ``expert_group``, the ranks holding the same shard, over which engine ddp sums their gradients (None: one
+    rank, or FSDP does).
     """
 
     def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, cp_mesh: Any = None,
                  position_buffers: list[tuple[torch.Tensor, int]] = (), cp_backends: list | None = None,
-                 synchronize: Callable[[], None] | None = None, **kwargs: Any):
+                 synchronize: Callable[[], None] | None = None, experts: Any = None, expert_group: Any = None,
+                 **kwargs: Any):
         self.fsdp, self.dp_group = fsdp, dp_group
         self.cp_mesh, self.position_buffers, self.cp_backends = cp_mesh, list(position_buffers), cp_backends
         self.grad_sync = Stopwatch(synchronize or (lambda: None))
+        self.experts, self.expert_group = experts, expert_group
+        if experts is not None:
+            experts.stats.synchronize = synchronize or (lambda: None)
         super().__init__(*args, **kwargs)
+        # The expert shards' parameters (after FSDP's wrapping: its DTensors) and their fp32 masters, by identity
+        # (a pipeline's norm takes a filtered list): their gradients reduce over other ranks than the rest's.
+        shards = {id(p) for p in experts.parameters()} if experts is not None else set()
+        self.expert_ids = shards | {id(m) for p, m in zip(self.params, self.master or []) if id(p) in shards}
 
     def extra_metrics(self, timing: Timing) -> dict[str, float]:
         """The exposed gradient reductions per step (median over the timed steps; on this path one timed call
         is one optimizer step), and their share of the step. FSDP's and DDP's own overlap the backward."""
+        out = self.experts.stats.metrics(len(timing.times_s), timing.median_s) if self.experts is not None else {}
         if not self.grad_sync.regions:  # it reduced no gradient itself
-            return {}
+            return out
         sync_s = statistics.median(self.grad_sync.times_s[-len(timing.times_s):])
-        return {"grad_sync_s": sync_s, "grad_sync_pct": 100 * sync_s / timing.median_s}
+        return out | {"grad_sync_s": sync_s, "grad_sync_pct": 100 * sync_s / timing.median_s}
 
     @contextlib.contextmanager
     def sequence_context(self, x: torch.Tensor, y: torch.Tensor):
@@ -172,12 +225,19 @@ class ParallelTrainer(Trainer):
             _local(g).mul_(scale.to(g.dtype))
 
     def squared_grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
-        """The squared norm of all of ``params``' gradients together: each sharded one's over its shards."""
-        squares = torch.zeros((), device=self.device)
-        for g in (p.grad for p in params if p.grad is not None):
-            norm = torch.linalg.vector_norm(g)
-            squares += (norm.full_tensor() if isinstance(norm, DTensor) else norm).float() ** 2
-        return squares
+        """The squared norm of all of ``params``' gradients together: each sharded one's over its shards, the
+        expert shards' summed over the ep ranks (each holds other experts)."""
+        squares, expert_squares = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        for p in (p for p in params if p.grad is not None):
+            norm = torch.linalg.vector_norm(p.grad)
+            square = (norm.full_tensor() if isinstance(norm, DTensor) else norm).float() ** 2
+            if id(p) in self.expert_ids:
+                expert_squares += square
+            else:
+                squares += square
+        if self.experts is not None:
+            dist.all_reduce(expert_squares, group=self.experts.ep_group)
+        return squares + expert_squares
 
     def copy_masters(self) -> None:
         """As ``Trainer``'s, on the local shards: DTensor has no foreach copy, and a master is placed as its
@@ -188,14 +248,46 @@ class ParallelTrainer(Trainer):
     def optimizer_step(self) -> None:
         if self.dp_group is not None:
             size = dist.get_world_size(self.dp_group)
-            with self.grad_sync.region():
+            if self.expert_group is not None:
+                # A rank whose experts received no rows this step has no gradient for them while a replica of
+                # its shard may: zeros, so that every rank reduces the same tensors.
                 for p in self.params:
-                    if p.grad is not None:
-                        grad = _local(p.grad)
-                        dist.all_reduce(grad, group=self.dp_group)
-                        grad.div_(size)
+                    if p.grad is None and id(p) in self.expert_ids:
+                        p.grad = torch.zeros_like(p)
+            grads = [(_local(p.grad), id(p) in self.expert_ids) for p in self.params if p.grad is not None]
+            with self.grad_sync.region():
+                _mean_over(self.dp_group, [g for g, expert in grads if not expert], size)
+                # an expert's gradient sums every ep rank's tokens' already: over its replicas, divided by dp too
+                _mean_over(self.expert_group, [g for g, expert in grads if expert], size)
+        if self.fsdp and self.experts is not None:
+            # FSDP averaged an expert's gradient over the dp / ep ranks holding its shard; each already sums the
+            # ep ranks' tokens, so over ep too for dp's mean. (FSDP2's gradient divide factor would do it in
+            # the reduce-scatter, but as NCCL's PREMUL_SUM, which gloo has not.)
+            ep = dist.get_world_size(self.experts.ep_group)
+            for p in self.params:
+                if p.grad is not None and id(p) in self.expert_ids:
+                    _local(p.grad).div_(ep)
         super().optimizer_step()
         self.grad_sync.end_step()
+        if self.experts is not None:
+            self.experts.stats.end_step()
+
+
+def _mean_over(group: Any, grads: list[torch.Tensor], divisor: int) -> None:
+    """Sum ``grads`` in place over ``group`` (None: this rank alone) and divide them by ``divisor``: one
+    all-reduce of them flattened together per dtype, not one per tensor (a few dozen small ones would cost
+    each collective's latency again, as DDP's buckets avoid)."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for same in by_dtype.values():
+        flat = _flatten_dense_tensors(same)
+        if group is not None:
+            dist.all_reduce(flat, group=group)
+        flat.div_(divisor)
+        torch._foreach_copy_(same, list(_unflatten_dense_tensors(flat, same)))
 
 
 def context_parallel_kwargs(point: Any, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
@@ -224,13 +316,16 @@ def _owned(batches: Any) -> Any:
 
 def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
                      **kwargs: Any) -> ParallelTrainer:
-    """The trainer of a point with engine fsdp, or tp or cp above 1: its mesh, its model sharded, its
-    gradients' reduction, its sequences' sharding."""
+    """The trainer of a point with engine fsdp, or tp, cp or ep above 1: its mesh, its model sharded, its
+    gradients' reduction, its sequences' sharding, its experts'."""
     mesh = device_mesh(point, device)
-    model = parallelize(model, point, family, mesh)
-    dp_group = None
+    model, experts = parallelize(model, point, family, mesh)
+    dp_group = expert_group = None
     if point.engine == "ddp" and point.data_parallel_size * point.cp > 1:
         dp_group = gradient_mesh(point, mesh).get_group()
+        if experts is not None and point.data_parallel_size > point.ep:
+            expert_group = mesh["dp_mod_ep"].get_group()
     cp = context_parallel_kwargs(point, model, family, mesh)
     return ParallelTrainer(model, _owned(batches) if cp else iter(batches), device, point.precision, point.gas,
-                           optim, fsdp=point.engine == "fsdp", dp_group=dp_group, **cp, **kwargs)
+                           optim, fsdp=point.engine == "fsdp", dp_group=dp_group, experts=experts,
+                           expert_group=expert_group, **cp, **kwargs)

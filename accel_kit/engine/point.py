@@ -46,6 +46,9 @@ class TrainSpec(BaseModel):
     # context-parallel degree: each micro-batch's sequence split over cp ranks (torch's context_parallel,
     # ring attention), which train on it together; where the device's SDPA kernels allow it (the adapter says)
     cp: PositiveInt = 1
+    # expert-parallel degree: each MoE layer's routed experts sharded over ep ranks, their tokens exchanged by
+    # all-to-all; carved out of the data-parallel ranks (ep divides dp), as torchtitan carves it out of dp_shard
+    ep: PositiveInt = 1
     steps: PositiveInt = 5  # timed optimizer steps
     warmup_steps: int = Field(default=2, ge=0)  # optimizer steps run first, timed apart
     data: str = "synthetic"  # synthetic | text (the embedded corpus) | a prepared data folder
@@ -83,7 +86,8 @@ def pipeline_chunks(pp: int, pp_microbatches: int | None) -> int:
 
 # Fields added after records existed, left out of the key at these defaults so that every earlier
 # record's key is what it was (a point at the defaults is the point those records measured).
-KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe", "cp": 1}
+KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe", "cp": 1,
+                               "ep": 1}
 
 
 def key_fields(fields: dict[str, Any]) -> dict[str, Any]:

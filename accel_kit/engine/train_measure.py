@@ -135,6 +135,7 @@ class TrainMeasurement(KindMeasurement):
         runtime = programming_model(ctx.adapter)  # eager PyTorch, or the vendor's own
         model = runtime.prepare_model(build_model(p.preset, activation_checkpointing=p.activation_checkpointing,
                                                   **self.overrides), p, ctx.device)
+        self.model = model  # the family reads what only the model knows after the steps (``Family.ran_fields``)
         # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
         self.sparse = runtime.make_sparsity(model, p, ctx.device)
         batches = point_batches(p, self.shape.vocab_size, data_rank(p, ctx.rank))
@@ -212,7 +213,7 @@ class TrainMeasurement(KindMeasurement):
             "loss_last": self.losses[-1],
             "losses": self.losses,
         }
-        metrics |= self.input_metrics(step_s)
+        metrics |= self.input_metrics(step_s) | self.family.ran_fields(self.model)
         metrics |= record_metrics(self.sparse_metrics, self.flop_terms, self.flops_per_call_per_device,
                                   self.tokens_per_call_per_device, step_s, self.finetune_losses)
         extra = getattr(self.trainer, "extra_metrics", None)  # a runtime's own figures (e.g. cstorch's rate tracker)

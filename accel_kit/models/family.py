@@ -111,6 +111,7 @@ class ModelShape:
     expert_ffn_hidden_size: int = 0
     n_shared_experts: int = 0
     n_moe_layers: int = 0
+    expert_kernel: str | None = None  # how the experts' products ran ("grouped_mm", "loop"); None: no experts
 
     def record(self) -> dict[str, Any]:
         """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
@@ -123,6 +124,8 @@ class ModelShape:
         if not self.n_experts:
             for name in MOE_FIELDS:
                 del fields[name]
+        if fields["expert_kernel"] is None:
+            del fields["expert_kernel"]
         return fields
 
     @property
@@ -138,12 +141,15 @@ class FlopTerms:
     weighted-sum products over the full sequence; ``logits``: the output projection onto the
     vocabulary (0 for a single block). ``backward``: the backward's FLOPs per token where they were
     counted (a transformers model's, ``accel_kit.models.hf``); None: the convention's twice the forward.
+    ``matmul_unpruned``: the part of ``matmul`` on weights weight sparsity leaves dense (a MoE layer's
+    router and routed experts, ``Family.prunable_linears``); 0 where every block linear is prunable.
     """
 
     matmul: int
     attention: int
     logits: int = 0
     backward: int | None = None
+    matmul_unpruned: int = 0
 
     @property
     def forward(self) -> int:
@@ -157,13 +163,15 @@ class FlopTerms:
         return (self.forward - (0 if include_lm_head else self.logits)) * direction_factor(direction)
 
     def sparse(self, nonzero_block_weights: int, direction: str = "forward_backward") -> int:
-        """*Effective* FLOPs per token when the block linears hold only ``nonzero_block_weights`` non-zeros.
+        """*Effective* FLOPs per token when the prunable block linears hold only ``nonzero_block_weights``
+        non-zeros.
 
         Each non-zero weight costs 2 FLOPs per token forward; backward stays twice the forward, as
         both of its products shrink with the weights (a pruned weight's gradient is discarded).
-        Attention and the (unpruned) output projection keep their dense counts.
+        Attention, the (unpruned) output projection and ``matmul_unpruned`` keep their dense counts.
         """
-        return (self.forward - self.matmul + 2 * nonzero_block_weights) * direction_factor(direction)
+        pruned = self.matmul - self.matmul_unpruned
+        return (self.forward - pruned + 2 * nonzero_block_weights) * direction_factor(direction)
 
 
 def group_rows_by_shard(linear: nn.Linear, widths: list[int], parts: int) -> None:
@@ -263,6 +271,11 @@ class Family(ABC):
         """Where ``flop_terms`` come from, for the record: ``analytic`` (our families' formulas) or ``counted``."""
         return "analytic"
 
+    def ran_fields(self, model: nn.Module) -> dict[str, Any]:
+        """Record fields only the model knows once it has run (a MoE model's experts' kernel: torch.compile may
+        have chosen another than the config's); they replace the shape's. None by default."""
+        return {}
+
     def preload_modules(self, preset: str) -> tuple[str, ...]:
         """Modules a training point of ``preset`` imports beyond every point's (``Point.preload_modules``)."""
         return ()
@@ -296,6 +309,15 @@ class Family(ABC):
         in every MoE layer. ``n_params - inactive_weight_count`` is the active count (``n_params_active``),
         the weights a token's FLOPs are counted on. 0 for a dense model."""
         return 0
+
+    def expert_weight_count(self, cfg: Any) -> int:
+        """Weights of every routed expert of the whole model: what expert parallelism shards over its ep ranks
+        (the memory estimate). By default from ``inactive_weight_count``: a MoE layer's experts are all of one
+        size, so the E - k a token skips are (E - k) / E of them; 0 for a dense model, or where every expert is
+        active (E = k), which a family then answers itself."""
+        shape = self.shape(cfg)
+        skipped = shape.n_experts - shape.experts_per_token
+        return self.inactive_weight_count(cfg) * shape.n_experts // skipped if shape.n_experts and skipped else 0
 
     # --- structure
 
@@ -332,6 +354,15 @@ class Family(ABC):
         """Shard every block of ``model`` over ``tp_mesh`` in place (heads and MLP width split, attention
         run on the local heads); the embedding, the final norm and the head stay replicated."""
         raise NotImplementedError(f"the {self.name} family has no tensor-parallel plan")
+
+    # The family's MoE layers take their experts sharded over expert-parallel ranks (``apply_expert_parallel``);
+    # the layout check asks.
+    expert_parallel: ClassVar[bool] = False
+
+    def apply_expert_parallel(self, model: nn.Module, ep_mesh: Any) -> Any:
+        """Shard every MoE layer's routed experts of ``model`` over ``ep_mesh`` in place (E / ep experts a rank,
+        tokens exchanged by all-to-all); returns what its dispatchers measure (``accel_kit.models.moe.parallel``)."""
+        raise NotImplementedError(f"the {self.name} family has no expert-parallel plan")
 
     # The family's model reads everything it indexes by position from ``position_buffers``, so that context
     # parallelism can shard them with the tokens; the layout check asks.

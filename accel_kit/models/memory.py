@@ -28,7 +28,11 @@ Per layout (``accel_kit.engine.parallel`` builds them):
   one block's gradient before its reduce-scatter (with its fp32 cast under bf16, whose reduce-scatter
   runs in fp32);
 - DeepSpeed ZeRO-1 divides the optimizer moments by dp;
-- context parallelism (cp) splits the sequence, so every activation and the logits divide by cp.
+- context parallelism (cp) splits the sequence, so every activation and the logits divide by cp;
+- expert parallelism (ep, carved out of dp) keeps E / ep of each MoE layer's routed experts
+  (``Family.expert_weight_count``) on a device, so their weights, gradients and optimizer moments divide by ep;
+  under FSDP their shards are 1/dp of them as every parameter's (1/(dp/ep) of a rank's E/ep experts), and a
+  gathered block holds its E / ep experts only.
 """
 from __future__ import annotations
 
@@ -47,12 +51,14 @@ FSDP_GATHERED_BLOCKS = 2  # the block that runs and the next, whose all-gather o
 @dataclass(frozen=True)
 class Layout:
     """How one training point's devices split the work: dp x tp x pp x cp devices, the data-parallel
-    engine, and a pipeline's chunks per micro-batch and its schedule."""
+    engine, a pipeline's chunks per micro-batch and its schedule, and the ep ranks (within dp) a MoE model's
+    routed experts are sharded over."""
 
     dp: int = 1
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1
     engine: str = "ddp"  # ddp | fsdp | deepspeed
     microbatches: int = 1  # chunks each micro-batch splits into in the pipeline (1 without one)
     schedule: str = "gpipe"  # gpipe | 1f1b
@@ -60,7 +66,7 @@ class Layout:
     @classmethod
     def of(cls, point: Any) -> Layout:
         """The layout of a training point (``accel_kit.engine.point.TrainPoint``)."""
-        return cls(dp=point.data_parallel_size, tp=point.tp, pp=point.pp, cp=point.cp,
+        return cls(dp=point.data_parallel_size, tp=point.tp, pp=point.pp, cp=point.cp, ep=point.ep,
                    engine=point.engine, microbatches=point.microbatches, schedule=point.pp_schedule)
 
     @property
@@ -139,7 +145,17 @@ def weights_per_device(cfg: Any, n_params: int, layout: Layout) -> int:
     the blocks' linears over tp and the rest whole, on a pipeline's larger end stage."""
     family = family_of(cfg)
     block_local = family.layer_weight_count(cfg) // layout.tp
-    return max(s.blocks * block_local + s.rest_weights for s in _stages(cfg, family, n_params, layout))
+    unheld = _experts_not_held(cfg, family, layout)
+    return max(s.blocks * block_local + s.rest_weights for s in _stages(cfg, family, n_params, layout)) - unheld
+
+
+def _experts_not_held(cfg: Any, family: Any, layout: Layout) -> int:
+    """The routed experts' weights a device does not hold under expert parallelism: (1 - 1/ep) of what it would
+    (the experts' share of the blocks' linears, over tp as ``layer_weight_count``'s is); 0 without ep."""
+    if layout.ep == 1:
+        return 0
+    experts = family.expert_weight_count(cfg) // layout.tp
+    return experts - experts // layout.ep
 
 
 def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
@@ -164,14 +180,18 @@ def _stage_estimate(cfg: Any, family: Any, n_params: int, micro_batch: int, seq_
     mixed, c = kind.mixed, kind.bytes_per_element
     tp, dp = layout.tp, layout.dp
     block_local = family.layer_weight_count(cfg) // tp  # one block's linears on one tensor-parallel rank
-    local = stage.blocks * block_local + stage.rest_weights  # the weights this device computes with
+    unheld = _experts_not_held(cfg, family, layout)  # expert parallelism's: the other ep ranks' experts
+    every_expert = stage.blocks * block_local + stage.rest_weights  # what the device computes with without ep
+    local = every_expert - unheld  # the weights this device computes with
     if layout.engine == "fsdp":
-        # fp32 shards of everything (bf16's master copy is the shard), plus what is gathered whole in the
+        # fp32 shards of everything (bf16's master copy is the shard; under ep a rank's experts are sharded
+        # over dp / ep, so every weight's shard is 1/dp of it still), plus what is gathered whole in the
         # compute dtype: the root's parameters and gradients all step, two blocks' parameters, one block's
-        # gradient (and its fp32 cast for bf16's fp32 reduce-scatter).
-        weights = local * 4 // dp + c * (stage.rest_weights + FSDP_GATHERED_BLOCKS * block_local)
-        grads = local * 4 // dp + c * stage.rest_weights + (c + (4 if mixed else 0)) * block_local
-        optimizer = local * 8 // dp
+        # gradient (and its fp32 cast for bf16's fp32 reduce-scatter); a block gathers its ep rank's experts.
+        gathered = block_local - unheld // max(1, family.shape(cfg).n_moe_layers)
+        weights = every_expert * 4 // dp + c * (stage.rest_weights + FSDP_GATHERED_BLOCKS * gathered)
+        grads = every_expert * 4 // dp + c * stage.rest_weights + (c + (4 if mixed else 0)) * gathered
+        optimizer = every_expert * 8 // dp
     else:
         # fp32 weights, plus a 16-bit copy where the step computes in 16 bits (bf16's model beside its fp32
         # master weights; fp16 autocast's cached casts).

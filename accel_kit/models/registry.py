@@ -16,10 +16,12 @@ from accel_kit.models.family import Family
 from accel_kit.models.gpt2 import FAMILY as GPT2
 from accel_kit.models.hf import FAMILY as HF
 from accel_kit.models.llama import FAMILY as LLAMA
+from accel_kit.models.moe import FAMILY as MOE
 
 FAMILIES: dict[str, Family] = {
     "gpt2": GPT2,
     "llama": LLAMA,
+    "moe": MOE,
 }
 # prefix -> family: "hf:path/to/config.json" (no named presets; transformers imported only when one is used)
 FILE_FAMILIES: dict[str, Family] = {HF.prefix: HF}

@@ -40,6 +40,7 @@ class WhatIfParams(StudyParams):
     tp: PositiveInt = 1  # tensor-parallel degree
     pp: PositiveInt = 1  # pipeline stages
     cp: PositiveInt = 1  # context-parallel degree (the sequence split)
+    ep: PositiveInt = 1  # expert-parallel degree, within dp (a MoE model's routed experts sharded)
     pp_microbatches: PositiveInt | None = None  # chunks per micro-batch in the pipeline; None: pp
     pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
@@ -56,6 +57,9 @@ class WhatIfParams(StudyParams):
             if n % split:
                 raise ParameterError(f"parameter 'devices': {n} devices do not split into tp {self.tp} x pp "
                                      f"{self.pp} x cp {self.cp} (dp = devices / (tp x pp x cp) must be a whole number)")
+            if (n // split) % self.ep:
+                raise ParameterError(f"parameter 'ep': ep {self.ep} does not divide dp {n // split} of {n} devices "
+                                     "(the expert-parallel ranks are carved out of the data-parallel ones)")
         if self.engine == "deepspeed" and split > 1:
             raise ParameterError("parameter 'engine': deepspeed runs data parallelism only (tp, pp and cp 1); "
                                  "use ddp or fsdp")
@@ -160,7 +164,8 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
                           micro_batch_size=params.micro_batch_size or sys_desc.micro_batch_size, gas=params.gas,
                           devices=n, precision=precision, engine=params.engine,
                           activation_checkpointing=params.activation_checkpointing, tp=params.tp, pp=params.pp,
-                          cp=params.cp, pp_microbatches=params.pp_microbatches, pp_schedule=params.pp_schedule)
+                          cp=params.cp, pp_microbatches=params.pp_microbatches, pp_schedule=params.pp_schedule,
+                          ep=params.ep)
         try:
             predictions.append(predictor.predict(shape))
         except AccelKitError as exc:  # e.g. no records and no datasheet: say so, predict the rest

@@ -1,5 +1,6 @@
 """A step's communication by the alpha-beta model of ring collectives: data parallelism's gradient
-sync (DDP, ZeRO-1), FSDP's gathers and reduce-scatter, tensor parallelism's activation all-reduces.
+sync (DDP, ZeRO-1), FSDP's gathers and reduce-scatter, tensor parallelism's activation all-reduces,
+expert parallelism's all-to-alls.
 
 A ring collective over ``n`` ranks moves its message in ``n - 1`` (reduce-scatter, all-gather)
 or ``2 (n - 1)`` (all-reduce = reduce-scatter + all-gather) steps of ``1/n`` of the message
@@ -11,13 +12,16 @@ all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n. So a collective's ti
     t = steps * alpha + factor * message_bytes / bandwidth
 
 and ZeRO stage 1's reduce-scatter of gradients plus all-gather of updated weights costs the
-same bytes as one all-reduce (its saving is memory, not traffic).
+same bytes as one all-reduce (its saving is memory, not traffic). An all-to-all (expert parallelism's
+dispatch and combine) runs as ``n - 1`` pairwise exchanges, each rank sending the ``1/n`` of its message
+meant for one peer in each: nccl-tests' all-to-all factor (n-1)/n, with routing taken as uniform (the
+busiest rank's share is the load imbalance's, which a record measures and this model does not).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -61,6 +65,12 @@ def fsdp_sync_s(gathers: int, param_bytes: float, grad_bytes: float, n: int, ban
 def tensor_parallel_s(count: int, message_bytes: float, n: int, bandwidth_Bps: float, latency_s: float) -> float:
     """One optimizer step's tensor-parallel traffic: ``count`` all-reduces of ``message_bytes`` over ``n`` ranks."""
     return count * collective_s("all_reduce", message_bytes, n, bandwidth_Bps, latency_s) if count else 0.0
+
+
+def expert_parallel_s(count: int, message_bytes: float, n: int, bandwidth_Bps: float, latency_s: float) -> float:
+    """One optimizer step's expert-parallel traffic: ``count`` all-to-alls of ``message_bytes`` (each rank's
+    token copies) over ``n`` ranks."""
+    return count * collective_s("all_to_all", message_bytes, n, bandwidth_Bps, latency_s) if count else 0.0
 
 
 @dataclass(frozen=True)

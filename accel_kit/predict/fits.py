@@ -65,27 +65,28 @@ def fit_compute(records: list[dict]) -> ComputeFit:
 def exposure_class(shape: StepShape) -> str:
     """Which overlap a shape's data-parallel traffic has, so that each is fitted on its own records: DDP's
     bucketed all-reduce (and ZeRO-1's reduce-scatter) overlap the backward; FSDP prefetches its gathers;
-    with tp or pp above 1 the engine all-reduces the gradients after the step's backward
+    with tp, pp or ep above 1 the engine all-reduces the gradients after the step's backward
     (``accel_kit.engine.parallel``), which overlaps nothing."""
     if shape.engine == "fsdp":
         return "fsdp"
-    return "after backward" if shape.tp * shape.pp > 1 else "overlapped"
+    return "after backward" if shape.tp * shape.pp * shape.ep > 1 else "overlapped"
 
 
 def fit_exposure(records: list[dict], compute: ComputeFit, comm_of: Callable[[StepShape], tuple[float, float]],
                  kind: str) -> tuple[float, str]:
     """The fraction of the modelled data-parallel communication that shows in the step time, from the
     multi-rank records whose traffic overlaps as ``kind`` (``exposure_class``). ``comm_of``: a shape's
-    modelled (data-parallel, tensor-parallel) seconds; the tensor-parallel all-reduces and a pipeline's
-    bubble are taken off the measured step first (they are modelled as exposed, ``Predictor.predict``)."""
+    modelled (data-parallel, tensor- and expert-parallel) seconds; the tensor-parallel all-reduces, the
+    expert-parallel all-to-alls and a pipeline's bubble are taken off the measured step first (they are
+    modelled as exposed, ``Predictor.predict``)."""
     ratios = []
     for r in records:
         shape = shape_of_record(r)
         if shape.devices < 2 or exposure_class(shape) != kind:
             continue
-        dp_s, tp_s = comm_of(shape)
+        dp_s, layer_s = comm_of(shape)
         if dp_s > 0:
-            stage_s = (compute.compute_s(shape) + tp_s) / (1 - shape.bubble_fraction)
+            stage_s = (compute.compute_s(shape) + layer_s) / (1 - shape.bubble_fraction)
             ratios.append(max(0.0, (_single_rank_time(r) - stage_s) / dp_s))
     if not ratios:
         return 1.0, (f"exposed communication: all of it (no multi-device records whose data-parallel traffic "

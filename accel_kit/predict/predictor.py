@@ -30,10 +30,13 @@ Step time on one data-parallel rank = compute + exposed communication:
   over tp x cp for a stage's blocks (``StepShape.work``); engine fsdp replaces the gradient sync by
   two all-gathers of the parameters per micro-batch and a reduce-scatter per step over dp;
   tensor parallelism adds four all-reduces of a chunk's activations per block (Megatron-LM's two
-  in forward, two in backward) over the tensor-parallel group's link, exposed whole; a pipeline
-  stretches the stage's compute and tensor-parallel time by its bubble:
+  in forward, two in backward) over the tensor-parallel group's link, exposed whole; expert
+  parallelism (ep ranks within dp) adds four all-to-alls of a chunk's token copies per MoE layer
+  (dispatch and combine, forward and backward) over the ep group's link, exposed whole too (the
+  experts wait on their rows), and holds 1/ep of the routed experts; a pipeline stretches the
+  stage's compute and tensor-parallel time by its bubble:
 
-      step = (compute + tensor-parallel) / (1 - (pp - 1) / (m + pp - 1)) + exposed x data-parallel
+      step = (compute + tensor-parallel + expert-parallel) / (1 - (pp - 1) / (m + pp - 1)) + exposed x data-parallel
 
 * **Memory** per device starts from ``accel_kit.models.estimate_training_memory`` (the live
   tensors at the peak) and fits, over the system's measured peaks, the terms of ``MEMORY_TERMS``:
@@ -63,7 +66,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from accel_kit.predict.comm import Link, fsdp_sync_s, gradient_sync_s, tensor_parallel_s
+from accel_kit.predict.comm import Link, expert_parallel_s, fsdp_sync_s, gradient_sync_s, tensor_parallel_s
 from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class, fit_compute, fit_exposure,
                                     fit_memory)
 from accel_kit.predict.links import system_link
@@ -96,14 +99,16 @@ class Prediction:
     assumptions: list[str] = field(default_factory=list)
     tensor_parallel_s: float = 0.0  # the tp all-reduces, in comm_s and exposed_comm_s
     bubble_s: float = 0.0  # a pipeline's idle time, in step_time_s
+    expert_parallel_s: float = 0.0  # the ep all-to-alls, in comm_s and exposed_comm_s
 
     def row(self) -> dict[str, Any]:
         s = self.shape
         return {"system": self.system, "preset": s.preset, "devices": s.devices, "dp": s.dp, "tp": s.tp, "pp": s.pp,
-                "cp": s.cp, "engine": s.engine, "seq_len": s.seq_len,
+                "cp": s.cp, "ep": s.ep, "engine": s.engine, "seq_len": s.seq_len,
                 "micro_batch_size": s.micro_batch_size, "gas": s.gas, "precision": s.precision,
                 "tokens_per_s": self.tokens_per_s, "step_time_s": self.step_time_s, "compute_s": self.compute_s,
                 "exposed_comm_s": self.exposed_comm_s, "tensor_parallel_s": self.tensor_parallel_s,
+                "expert_parallel_s": self.expert_parallel_s,
                 "bubble_s": self.bubble_s, "scaling_efficiency": self.scaling_efficiency,
                 "memory_per_device_gib": self.memory_per_device_gib, "fits": self.fits, "basis": self.basis}
 
@@ -157,20 +162,28 @@ class Predictor:
         return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe)
 
     def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
-        """(data-parallel, tensor-parallel) seconds of ``shape``'s modelled traffic per step: the first over
-        ``dp_link``, the second over the tensor-parallel group's link (its tp ranks are neighbours on the
-        mesh, within one node where it has room)."""
-        dp_s = tp_s = 0.0
+        """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
+        first over ``dp_link``, the second exposed whole (``layer_comm_s``)."""
+        dp_s = 0.0
         if shape.dp > 1:
             bw, lat = dp_link.bandwidth_Bps, dp_link.latency_s
             if shape.engine == "fsdp":
                 dp_s = fsdp_sync_s(*shape.fsdp_messages(), shape.dp, bw, lat)
             else:
                 dp_s = gradient_sync_s(shape.grad_bytes(), shape.dp, bw, lat, zero1=shape.engine == "deepspeed")
+        return dp_s, sum(self.layer_comm_s(shape))
+
+    def layer_comm_s(self, shape: StepShape) -> tuple[float, float]:
+        """(tensor-parallel, expert-parallel) seconds per step of the exchanges inside the blocks, each over its
+        group's link (its ranks are neighbours on the mesh, within one node where it has room)."""
+        tp_s = ep_s = 0.0
         if shape.tp > 1:
             link = self.link(shape.tp)
             tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), shape.tp, link.bandwidth_Bps, link.latency_s)
-        return dp_s, tp_s
+        if shape.ep > 1:
+            link = self.link(shape.ep)
+            ep_s = expert_parallel_s(*shape.expert_parallel_messages(), shape.ep, link.bandwidth_Bps, link.latency_s)
+        return tp_s, ep_s
 
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
         """Predict ``shape`` on this system, never using the records whose ids are in ``exclude``;
@@ -200,16 +213,21 @@ class Predictor:
             basis = fit.basis.split(":", 1)[0]
             group = []
         compute_s = fit.compute_s(shape)
-        dp_s = tp_s = exposure = 0.0
+        dp_s = tp_s = ep_s = exposure = 0.0
         if shape.devices > 1:
             link = self.link(shape.devices)
-            dp_s, tp_s = self.comm_s(shape, link)
+            dp_s = self.comm_s(shape, link)[0]
+            tp_s, ep_s = self.layer_comm_s(shape)
             inputs.append(f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
                           f"step ({link.source})")
             if shape.tp > 1:
                 tp_link = self.link(shape.tp)
                 inputs.append(f"tensor-parallel link ({shape.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
                               f"{tp_link.latency_us:.3g} us per ring step ({tp_link.source})")
+            if shape.ep > 1:
+                ep_link = self.link(shape.ep)
+                inputs.append(f"expert-parallel link ({shape.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
+                              f"{ep_link.latency_us:.3g} us per exchange step ({ep_link.source})")
             if dp_s > 0:
                 kind = exposure_class(shape)
                 exposure, why = (fit_exposure(group, fit, lambda s: self.comm_s(s, link), kind) if group else
@@ -218,9 +236,9 @@ class Predictor:
         # A pipeline's stage computes (and all-reduces over tp) for m chunk times of every m + pp - 1 the
         # step lasts; the data-parallel traffic follows, its unoverlapped share exposed.
         bubble = shape.bubble_fraction
-        stage_s = (compute_s + tp_s) / (1 - bubble)
+        stage_s = (compute_s + tp_s + ep_s) / (1 - bubble)
         step_s = stage_s + exposure * dp_s
-        exposed = exposure * dp_s + tp_s
+        exposed = exposure * dp_s + tp_s + ep_s
         tokens_per_s = shape.tokens_per_step_per_replica * shape.dp / step_s
         efficiency = (compute_s / step_s) if shape.devices > 1 else 1.0
         memory = fit_memory(group)
@@ -231,9 +249,9 @@ class Predictor:
         if shape.devices > system.devices_per_node:
             assumptions.append(f"{shape.devices} devices span {math.ceil(shape.devices / system.devices_per_node)} "
                                f"nodes: the data-parallel ring runs at the inter-node link's per-device share")
-        return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s, exposed, tokens_per_s, efficiency, mem_gib,
-                          device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
-                          fit.terms_s(shape), inputs, assumptions, tp_s, stage_s * bubble)
+        return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s + ep_s, exposed, tokens_per_s, efficiency,
+                          mem_gib, device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
+                          fit.terms_s(shape), inputs, assumptions, tp_s, stage_s * bubble, ep_s)
 
     def _fallback_fit(self, shape: StepShape, system, inputs: list[str], assumptions: list[str]) -> ComputeFit:
         """Without training records: the system's block microbenchmark rate, else its datasheet peak x efficiency."""
@@ -286,6 +304,11 @@ def _layout_assumptions(shape: StepShape) -> list[str]:
     if shape.cp > 1:
         out.append(f"context parallel {shape.cp}: the sequence splits over its ranks; their exchange of keys and "
                    "values is not modelled")
+    if shape.ep > 1:
+        out.append(f"expert parallel {shape.ep} within dp: a rank holds 1/{shape.ep} of the routed experts; 4 "
+                   "all-to-alls of a chunk's token copies per MoE layer (6 with checkpointing), not overlapped, "
+                   "routing taken as uniform (a busier rank waits longer); the experts' gradients taken as "
+                   "reduced over all of dp")
     return out
 
 

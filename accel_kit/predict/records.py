@@ -14,7 +14,7 @@ def shape_of_record(record: dict) -> StepShape:
                      activation_checkpointing=p.get("activation_checkpointing", False),
                      vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math",
                      tp=p.get("tp", 1), pp=p.get("pp", 1), cp=p.get("cp", 1), pp_microbatches=p.get("pp_microbatches"),
-                     pp_schedule=p.get("pp_schedule", "gpipe"))
+                     pp_schedule=p.get("pp_schedule", "gpipe"), ep=p.get("ep", 1))
 
 
 def host_threads(record: dict) -> int | None:

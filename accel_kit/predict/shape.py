@@ -2,8 +2,9 @@
 
 ``StepShape.work`` counts the work of each of ``TERMS`` (the compute model's terms, explained in
 ``accel_kit.predict.predictor``) and ``StepShape.memory_work`` the bytes of each of ``MEMORY_TERMS``;
-``grad_bytes`` is what each rank synchronises over data parallelism, ``tensor_parallel_messages`` and
-``fsdp_messages`` what the other layouts send, ``bubble_fraction`` a pipeline's idle share.
+``grad_bytes`` is what each rank synchronises over data parallelism, ``tensor_parallel_messages``,
+``expert_parallel_messages`` and ``fsdp_messages`` what the other layouts send, ``bubble_fraction`` a
+pipeline's idle share.
 ``shape_for`` makes the shape of a model preset.
 
 A layout is dp x tp x pp x cp devices (``accel_kit.models.Layout``): a replica's micro-batches are
@@ -65,6 +66,9 @@ class StepShape:
     cp: int = 1  # context-parallel degree (the sequence split)
     pp_microbatches: int | None = None  # chunks per micro-batch in the pipeline; None: pp
     pp_schedule: str = "gpipe"
+    ep: int = 1  # expert-parallel degree (within dp): a MoE model's routed experts sharded over ep ranks
+    n_moe_layers: int = 0  # the family's MoE layers (0: a dense model)
+    experts_per_token: int = 0  # top-k: the expert copies of each token a MoE layer dispatches
 
     @property
     def dp(self) -> int:
@@ -81,7 +85,7 @@ class StepShape:
         """The ``accel_kit.models.Layout`` of this shape (what the memory estimate takes)."""
         from accel_kit.models import Layout
 
-        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, engine=self.engine,
+        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, engine=self.engine,
                       microbatches=self.microbatches, schedule=self.pp_schedule)
 
     @property
@@ -125,8 +129,8 @@ class StepShape:
 
     def weights_per_device(self) -> int:
         """Parameters one device computes with (``accel_kit.models.memory.weights_per_device``); the model's
-        own count without tensor or pipeline parallelism."""
-        if self.tp == 1 and self.pp == 1:
+        own count without tensor, pipeline or expert parallelism."""
+        if self.tp == 1 and self.pp == 1 and self.ep == 1:
             return self.n_params
         from accel_kit.models.memory import weights_per_device
 
@@ -138,7 +142,9 @@ class StepShape:
         return local // self.dp if self.engine == "fsdp" else local
 
     def grad_bytes(self) -> int:
-        """Bytes of gradients each rank synchronises per step over dp (bf16 models keep bf16 gradients)."""
+        """Bytes of gradients each rank synchronises per step over dp (bf16 models keep bf16 gradients). Under
+        expert parallelism a rank's expert shard is reduced over the dp / ep ranks holding it, not over dp: the
+        ring over dp taken for it too is an upper bound."""
         kind = spec(self.precision)
         # Gradients take the dtype the model is held in: under DDP that is the precision's model dtype
         # (bf16 for bf16; fp32 for fp16, whose autocast leaves the model fp32). DeepSpeed's bf16 and
@@ -158,6 +164,21 @@ class StepShape:
         count = self.gas * self.microbatches * self.stage_layers * per_block
         chunk = self.micro_batch_size / self.microbatches
         return count, chunk * self.seq_len / self.cp * self.hidden * spec(self.precision).bytes_per_element
+
+    def expert_parallel_messages(self) -> tuple[int, float]:
+        """(all-to-alls per step, bytes each rank sends in each) over the ep group: per MoE layer of the stage and
+        micro-batch chunk, the dispatch and the combine in forward and their reverses in backward (4), 2 more
+        where checkpointing recomputes the forward; each a chunk's token copies, b x s x k x h in the compute
+        dtype (``accel_kit.models.moe.parallel``). The counts' all-gather before each dispatch (E integers)
+        is latency only and left out."""
+        if self.ep == 1 or not self.n_moe_layers:
+            return 0, 0.0
+        per_layer = 4 + (2 if self.activation_checkpointing else 0)
+        moe_layers = math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
+        count = self.gas * self.microbatches * moe_layers * per_layer
+        chunk = self.micro_batch_size / self.microbatches
+        copies = chunk * self.seq_len / self.cp * self.experts_per_token
+        return count, copies * self.hidden * spec(self.precision).bytes_per_element
 
     def fsdp_messages(self) -> tuple[int, int, int]:
         """(all-gathers per step, bytes each, bytes of the gradients' reduce-scatter) over dp under FSDP:
@@ -188,8 +209,9 @@ class StepShape:
 def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1, devices: int = 1,
               precision: str = "bf16", engine: str = "ddp", activation_checkpointing: bool = False,
               vocab_size: int | None = None, flash_attention: bool = True, tp: int = 1, pp: int = 1, cp: int = 1,
-              pp_microbatches: int | None = None, pp_schedule: str = "gpipe") -> StepShape:
-    """The step shape of a model preset at these settings (``devices`` all of them: dp x tp x pp x cp)."""
+              pp_microbatches: int | None = None, pp_schedule: str = "gpipe", ep: int = 1) -> StepShape:
+    """The step shape of a model preset at these settings (``devices`` all of them: dp x tp x pp x cp; ``ep``
+    within dp)."""
     from accel_kit.models import count_params, family_of, get_config
 
     overrides: dict[str, Any] = {"seq_len": seq_len}
@@ -201,4 +223,5 @@ def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1,
     return StepShape(preset, model.n_layers, model.hidden_size, model.vocab_size_model,
                      count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, micro_batch_size,
                      gas, devices, precision, engine, activation_checkpointing, flash_attention, cfg=cfg, tp=tp, pp=pp,
-                     cp=cp, pp_microbatches=pp_microbatches, pp_schedule=pp_schedule)
+                     cp=cp, pp_microbatches=pp_microbatches, pp_schedule=pp_schedule, ep=ep,
+                     n_moe_layers=model.n_moe_layers, experts_per_token=model.experts_per_token)

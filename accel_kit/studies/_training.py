@@ -31,7 +31,7 @@ from accel_kit.engine.sweep import PeakReference, run_sweep
 
 
 # The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them.
-LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp")
+LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp", "ep")
 
 
 class _OtherModelBase(BaseModel):
