@@ -35,10 +35,13 @@ def test_full_scaling_profile_carries_the_papers_a100_layouts_and_llama_fsdp():
                     ("gpt2-xl-16h", "bf16", "ddp, tp 2"): counts[1:],  # tp 2 from 2 devices on
                     ("gpt2-xl-16h", "bf16", "ddp, tp 4"): counts[2:],
                     ("llama3.1-8b", "bf16", "ddp"): counts,
-                    ("llama3.1-8b", "bf16", "fsdp"): counts}
-    # The A100 layouts are the A100's only; the Llama points run everywhere.
+                    ("llama3.1-8b", "bf16", "fsdp"): counts,
+                    ("qwen3-30b-a3b", "bf16", "fsdp, ep 8"): counts[3:],  # experts over 8 ranks: from 8 on
+                    ("mixtral-8x7b", "bf16", "fsdp, ep 8"): counts[3:]}
+    # The A100 layouts are the A100's only; the Llama and MoE points run everywhere.
     assert set(_configs("scaling", "h100")) == {("gpt2-xl", "bf16", "ddp"), ("llama3.1-8b", "bf16", "ddp"),
-                                                ("llama3.1-8b", "bf16", "fsdp")}
+                                                ("llama3.1-8b", "bf16", "fsdp"), ("qwen3-30b-a3b", "bf16", "fsdp, ep 8"),
+                                                ("mixtral-8x7b", "bf16", "fsdp, ep 8")}
 
 
 def test_full_seq_length_profile_runs_table_iiis_a100_row_on_four_devices():
