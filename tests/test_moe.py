@@ -255,6 +255,11 @@ def test_bad_shapes_are_one_line_errors():
     with pytest.raises(ValueError, match="MixtralForCausalLM has no model with dense layers"):
         FAMILY.hf_config(replace(MIXTRAL, dense_layers=(0,), ffn_hidden_size=64))
     assert MoEConfig(**base, head_dim=32).head_dim == 32  # Qwen3's decoupled head width
+    from accel_kit.models.moe.hf import config_from_hf
+
+    stepped = FAMILY.hf_config(replace(DEBUG, n_layers=4, dense_layers=(0,)))
+    stepped.decoder_sparse_step = 2  # Qwen3-MoE: layers 1 and 3 sparse, 0 listed dense, 2 off the step
+    assert config_from_hf(stepped).dense_layers == (0, 2)
 
 
 def test_shape_record_and_kernel_choice():
