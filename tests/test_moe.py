@@ -1,6 +1,6 @@
 """The MoE family: published totals and active counts, FLOPs of the active experts against torchtitan's figure,
-transformers equivalence (Qwen3-MoE and Mixtral: logits, one layer's gradients, eight AdamW steps with the
-aux loss), the experts' two kernels, token dispatch, bad shapes."""
+transformers equivalence (Qwen3-MoE, Mixtral and OLMoE: logits and eight AdamW steps with the aux loss; one
+layer's gradients), the experts' two kernels, token dispatch, bad shapes."""
 import math
 from dataclasses import replace
 
@@ -150,7 +150,7 @@ def _hf_loss(hf, cfg):
     return loss_of
 
 
-@pytest.mark.parametrize("cfg", [DEBUG, MIXTRAL], ids=["qwen3", "mixtral"])
+@pytest.mark.parametrize("cfg", [DEBUG, MIXTRAL, OLMOE], ids=["qwen3", "mixtral", "olmoe"])
 def test_training_matches_transformers_for_eight_steps(cfg):
     ours = _built(cfg).train()
     hf = to_hf(ours).train()
