@@ -1,6 +1,6 @@
 """The MoE family: published totals and active counts, FLOPs of the active experts against torchtitan's figure,
-transformers equivalence (Qwen3-MoE and Mixtral: logits, one layer's gradients, eight AdamW steps with the
-aux loss), the experts' two kernels, token dispatch, bad shapes."""
+transformers equivalence (Qwen3-MoE, Mixtral and OLMoE: logits and eight AdamW steps with the aux loss; one
+layer's gradients), the experts' two kernels, token dispatch, bad shapes."""
 import math
 from dataclasses import replace
 
@@ -150,7 +150,7 @@ def _hf_loss(hf, cfg):
     return loss_of
 
 
-@pytest.mark.parametrize("cfg", [DEBUG, MIXTRAL], ids=["qwen3", "mixtral"])
+@pytest.mark.parametrize("cfg", [DEBUG, MIXTRAL, OLMOE], ids=["qwen3", "mixtral", "olmoe"])
 def test_training_matches_transformers_for_eight_steps(cfg):
     ours = _built(cfg).train()
     hf = to_hf(ours).train()
@@ -255,6 +255,11 @@ def test_bad_shapes_are_one_line_errors():
     with pytest.raises(ValueError, match="MixtralForCausalLM has no model with dense layers"):
         FAMILY.hf_config(replace(MIXTRAL, dense_layers=(0,), ffn_hidden_size=64))
     assert MoEConfig(**base, head_dim=32).head_dim == 32  # Qwen3's decoupled head width
+    from accel_kit.models.moe.hf import config_from_hf
+
+    stepped = FAMILY.hf_config(replace(DEBUG, n_layers=4, dense_layers=(0,)))
+    stepped.decoder_sparse_step = 2  # Qwen3-MoE: layers 1 and 3 sparse, 0 listed dense, 2 off the step
+    assert config_from_hf(stepped).dense_layers == (0, 2)
 
 
 def test_shape_record_and_kernel_choice():

@@ -124,9 +124,12 @@ class Experts(nn.Module):
 
     def _loop(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         outs = []
+        # unbind: one backward that stacks every expert's gradient, where indexing each expert would fill a
+        # zero tensor of all the experts' weights per expert
+        gate_ups, downs = self.gate_up_proj.unbind(0), self.down_proj.unbind(0)
         for e, rows in enumerate(x.split(counts.tolist())):  # one host sync for the run lengths
             if rows.shape[0] == 0:
                 continue
-            gate, up = F.linear(rows, self.gate_up_proj[e]).chunk(2, dim=-1)
-            outs.append(F.linear(F.silu(gate) * up, self.down_proj[e]))
+            gate, up = F.linear(rows, gate_ups[e]).chunk(2, dim=-1)
+            outs.append(F.linear(F.silu(gate) * up, downs[e]))
         return torch.cat(outs) if outs else x.new_zeros(0, self.hidden_size)

@@ -143,7 +143,8 @@ class MixtureOfExperts(Family):
         whole (no tensor-parallel plan for them).
         """
         s, b, h, a = seq_len, micro_batch, cfg.hidden_size, cfg.n_heads
-        dq, dkv, k, f = a * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim, cfg.experts_per_token, cfg.expert_ffn_hidden_size
+        dq, dkv = a * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        k, f = cfg.experts_per_token, cfg.expert_ffn_hidden_size
         sb = s * b
         whole = 2 * (BYTES_16BIT * sb * h + BYTES_FP32 * sb) + 2 * BYTES_16BIT * sb * h
         scores = BYTES_FP32 * a * sb if flash_attention else BYTES_16BIT * a * s * s * b

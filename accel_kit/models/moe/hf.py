@@ -138,12 +138,15 @@ def config_from_hf(c, *, vocab_size: int | None = None) -> MoEConfig:
     if rope.get("rope_type", "default") != "default":
         raise ValueError(f"rope_type {rope['rope_type']!r}: only plain RoPE here")
     qwen = arch == "Qwen3MoeForCausalLM"
+    # Qwen3-MoE's dense layers: those it lists, and those off its sparse step (its decoder layer's rule)
+    dense = tuple(i for i in range(c.num_hidden_layers)
+                  if i in c.mlp_only_layers or (i + 1) % c.decoder_sparse_step) if qwen else ()
     n_experts = c.num_local_experts if arch == "MixtralForCausalLM" else c.num_experts
     cfg = MoEConfig(n_layers=c.num_hidden_layers, hidden_size=c.hidden_size, n_heads=c.num_attention_heads,
                     n_kv_heads=c.num_key_value_heads, n_experts=n_experts, experts_per_token=c.num_experts_per_tok,
                     expert_ffn_hidden_size=c.moe_intermediate_size if qwen else c.intermediate_size,
-                    ffn_hidden_size=c.intermediate_size if qwen and c.mlp_only_layers else 0,
-                    head_dim=getattr(c, "head_dim", None), dense_layers=tuple(c.mlp_only_layers) if qwen else (),
+                    ffn_hidden_size=c.intermediate_size if dense else 0,
+                    head_dim=getattr(c, "head_dim", None), dense_layers=dense,
                     norm_topk_prob=bool(getattr(c, "norm_topk_prob", True)),
                     router_aux_loss_coef=c.router_aux_loss_coef if c.output_router_logits else 0.0,
                     qk_norm={"Qwen3MoeForCausalLM": "head", "MixtralForCausalLM": None}.get(arch, "full"),

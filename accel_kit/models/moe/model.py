@@ -54,7 +54,8 @@ class MoEAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         if T > self.rope_cos.shape[0]:
-            raise ValueError(f"sequence of {T} tokens is longer than the RoPE tables' {self.rope_cos.shape[0]} positions")
+            raise ValueError(f"sequence of {T} tokens is longer than the RoPE tables' "
+                             f"{self.rope_cos.shape[0]} positions")
         nh, nkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         q, k, v = self.qkv_proj(x).split([nh * hd, nkv * hd, nkv * hd], dim=-1)  # (B, T, width) each
         if self.cfg.qk_norm == "full":
