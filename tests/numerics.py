@@ -64,3 +64,13 @@ def gpt_forward_terms(cfg, seq_len: int) -> int:
     h = cfg.hidden_size
     per_block = 9 * h + h // cfg.n_heads + 2 * seq_len
     return 2 + cfg.n_layers * per_block + 2 * h
+
+
+def engine_adamw(model) -> torch.optim.AdamW:
+    """AdamW with the engine's defaults (``accel_kit.engine.step.OptimConfig``): lr 6e-4, betas (0.9, 0.95),
+    weight decay 0.1 on matrices (a MoE's 3-D expert tensors too), none on norms; the reference loops apply
+    the engine's clipping at global norm 1.0 themselves."""
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))

@@ -11,7 +11,7 @@ from accel_kit.errors import ParameterError
 from accel_kit.models.llama import FAMILY, IGNORE_INDEX, PRESETS, LlamaConfig, RopeScaling, llama3_ffn_width
 from accel_kit.models.llama.hf import from_hf, hf_config, split_fused, to_hf
 from accel_kit.models.llama.rope import rope_tables
-from numerics import assert_close_sums, eps
+from numerics import assert_close_sums, engine_adamw, eps
 
 DEBUG = PRESETS["llama3-debug"]
 SEQ = 32  # tokens per test sequence (the debug context is 256)
@@ -116,15 +116,6 @@ def test_layer_matches_transformers_forward_and_backward():
         assert_close_sums(ours_grads[name], grad, n_terms=n_backward, msg=name)
 
 
-def _adamw(model) -> torch.optim.AdamW:
-    # The engine's defaults (accel_kit.engine.step.OptimConfig): lr 6e-4, betas (0.9, 0.95), weight
-    # decay 0.1 on matrices only; clipping at global norm 1.0 is applied in the loop.
-    params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))
-
-
 def test_training_matches_transformers_for_eight_steps():
     torch.manual_seed(0)
     ours = FAMILY.build(DEBUG).train()
@@ -136,7 +127,7 @@ def test_training_matches_transformers_for_eight_steps():
                            # transformers' own loss shifts its labels; ours takes shifted targets, so the
                            # same cross-entropy is taken over its logits.
                            (hf, lambda x, y: F.cross_entropy(hf(x).logits.float().flatten(0, 1), y.flatten()))):
-        optimizer, losses = _adamw(model), []
+        optimizer, losses = engine_adamw(model), []
         for step in range(8):
             tokens = batches[step % 2]
             loss = loss_of(tokens[:, :-1], tokens[:, 1:])

@@ -12,7 +12,7 @@ from accel_kit.errors import ParameterError
 from accel_kit.models import count_active_params, count_params, get_config
 from accel_kit.models.moe import FAMILY, PRESETS, Experts, LocalDispatch, MoEConfig
 from accel_kit.models.moe.hf import from_hf, to_hf, to_hf_names
-from numerics import assert_close_sums
+from numerics import assert_close_sums, engine_adamw
 
 DEBUG = PRESETS["moe-debug"]  # Qwen3-MoE-shaped: per-head QK-norm, a dense first layer
 MIXTRAL = replace(DEBUG, qk_norm=None, dense_layers=(), ffn_hidden_size=0, hf_architecture="MixtralForCausalLM")
@@ -132,15 +132,6 @@ def test_layer_matches_transformers_forward_and_backward(cfg):
         assert_close_sums(ours_grads[name], grad, n_terms=n_backward, msg=name)
 
 
-def _adamw(model) -> torch.optim.AdamW:
-    # The engine's defaults (accel_kit.engine.step.OptimConfig): lr 6e-4, betas (0.9, 0.95), weight decay 0.1
-    # on matrices (the experts' 3-D tensors too), none on norms.
-    params = list(model.parameters())
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95))
-
-
 def _hf_loss(hf, cfg):
     def loss_of(x, y):
         out = hf(x)  # output_router_logits is on: transformers computes the aux loss in its forward
@@ -158,7 +149,7 @@ def test_training_matches_transformers_for_eight_steps(cfg):
     batches = torch.randint(0, cfg.vocab_size, (2, 2, SEQ + 1))
     runs, aux = [], []
     for model, loss_of in ((ours, lambda x, y: ours(x, y)[1]), (hf, _hf_loss(hf, cfg))):
-        optimizer, losses = _adamw(model), []
+        optimizer, losses = engine_adamw(model), []
         for step in range(8):
             tokens = batches[step % 2]
             loss = loss_of(tokens[:, :-1], tokens[:, 1:])
