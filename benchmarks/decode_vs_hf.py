@@ -20,7 +20,6 @@ steps. Target: ours >= 1.0x decode tokens/s.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
