@@ -305,9 +305,8 @@ class Family(ABC):
     supports_kv_cache: ClassVar[bool] = False
 
     def context_length(self, cfg: Any) -> int:
-        """The positions the model is built for (prompt plus new tokens may not exceed it): ``cfg.seq_len``
-        in our families' configs."""
-        return cfg.seq_len
+        """The positions the model is built for: a generation's prompt plus new tokens may not exceed it."""
+        raise NotImplementedError(f"the {self.name} family does not say its context length")
 
     def new_kv_cache(self, cfg: Any, batch: int, max_len: int, *, dtype: torch.dtype, device: Any) -> Any:
         """A zeroed ``KVCache`` for ``batch`` sequences of up to ``max_len`` positions (prompt plus new tokens)."""
