@@ -33,6 +33,7 @@ class Llama3(Family):
     overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple")
     hf_model_class: ClassVar[str] = "LlamaForCausalLM"
     hf_modules: ClassVar[tuple[str, ...]] = ("transformers.models.llama.modeling_llama",)
+    supports_kv_cache: ClassVar[bool] = True  # Llama.forward_cached
 
     # --- building
 
@@ -52,6 +53,9 @@ class Llama3(Family):
         # asdict flattens the nested RoPE scaling record; build it again.
         scaling = data.get("rope_scaling")
         return LlamaConfig(**(data | {"rope_scaling": RopeScaling(**scaling) if scaling else None}))
+
+    def context_length(self, cfg: LlamaConfig) -> int:
+        return cfg.seq_len  # the RoPE tables' positions
 
     def shape(self, cfg: LlamaConfig) -> ModelShape:
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
