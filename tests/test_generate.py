@@ -50,7 +50,7 @@ def test_greedy_tokens_equal_transformers(preset, cache):
     assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", (*PRESETS, "moe-debug"))
 def test_cached_logits_equal_full_forward(preset):
     family, cfg, model, prompt = _model(preset)
     ids = greedy_generate(model, prompt, NEW_TOKENS)
@@ -136,3 +136,16 @@ def test_kv_cache_bytes_match_the_allocated_cache():
         family, cfg = family_of(preset), get_config(preset)
         cache = family.new_kv_cache(cfg, 3, 20, dtype=torch.float32, device="cpu")
         assert cache.nbytes == family.kv_cache_bytes(cfg, 3, 20, 4)
+
+
+def test_a_moe_decode_step_reads_its_active_experts_at_batch_1_and_more_as_the_batch_grows():
+    from accel_kit.models import count_active_params
+
+    family, cfg = family_of("qwen3-30b-a3b"), get_config("qwen3-30b-a3b")
+    embedding = cfg.hidden_size * cfg.padded_vocab_size  # gathered B rows, not read whole (untied)
+    norms = cfg.n_layers * (2 * cfg.hidden_size + 2 * cfg.head_dim) + cfg.hidden_size  # not counted as read
+    assert family.decode_weight_count(cfg, 1) == count_active_params("qwen3-30b-a3b") - embedding - norms
+    counts = [family.decode_weight_count(cfg, b) for b in (1, 8, 64)]
+    assert counts[0] < counts[1] < counts[2]
+    every_expert = cfg.n_layers * family.layer_weight_count(cfg) + cfg.hidden_size * cfg.padded_vocab_size
+    assert abs(family.decode_weight_count(cfg, 10**6) - every_expert) <= cfg.n_layers  # rounding, per layer

@@ -49,6 +49,7 @@ class MixtureOfExperts(Family):
                                               "router_aux_loss_coef")
     hf_model_class: ClassVar[str] = "Qwen3MoeForCausalLM"  # moe-debug's; each config names its own (hf_architecture)
     hf_modules: ClassVar[tuple[str, ...]] = moe_hf.MODULES
+    supports_kv_cache: ClassVar[bool] = True  # MoEModel.forward_cached
 
     # --- building
 
@@ -163,6 +164,23 @@ class MixtureOfExperts(Family):
         the shared experts; the norms' weights not counted."""
         w = _weights(cfg)
         return w["attention"] + w["router"] + cfg.n_experts * w["expert"] + w["shared"]
+
+    def context_length(self, cfg: MoEConfig) -> int:
+        return cfg.seq_len  # the RoPE tables' positions
+
+    def decode_weight_count(self, cfg: MoEConfig, batch: int) -> int:
+        """Weights one decode step of ``batch`` sequences reads: every layer's attention, the routers, the shared
+        experts and the dense layers' MLPs, the output projection, and in each MoE layer the routed experts the
+        batch's B k choices reach, each read once however many of them it takes.
+
+        The experts reached are known only once the router has run; here, their expectation under uniform
+        routing, E (1 - (1 - k/E)^B): k at batch 1 (the active count), approaching E as the batch grows (a
+        large batch reads every expert, as a dense model of the total size would)."""
+        w, E, k = _weights(cfg), cfg.n_experts, cfg.experts_per_token
+        reached = E * (1 - (1 - k / E) ** batch)
+        moe = w["attention"] + w["router"] + w["shared"] + round(reached * w["expert"])
+        dense = w["attention"] + w["dense_mlp"]
+        return cfg.n_moe_layers * moe + len(cfg.dense_layers) * dense + cfg.hidden_size * cfg.padded_vocab_size
 
     def inactive_weight_count(self, cfg: MoEConfig) -> int:
         """The E - k routed experts a token skips, in each of the MoE layers."""
