@@ -30,7 +30,9 @@ def grouped_mm_runs(device_type: str, dtype: torch.dtype) -> bool:
     if not hasattr(torch, "_grouped_mm"):
         return False
     try:
-        with torch.enable_grad():  # the first call may come from a no-grad forward
+        # the first call may come from a no-grad forward or from generation under inference mode, where a
+        # backward cannot run: the probe's answer (cached for the process) must not depend on that
+        with torch.inference_mode(False), torch.enable_grad():
             x = torch.randn(8, 16, device=device_type, dtype=dtype, requires_grad=True)
             w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
             offs = torch.tensor([0, 8], device=device_type, dtype=torch.int32)
