@@ -100,6 +100,15 @@ _DECLARED = [
     Metric("mfu_measured_reason", "text", "why there is no measured MFU"),
     Metric("mfu_measured_unreliable", "bool", "above 100 % of the measured peak: the peak was unlucky"),
     Metric("peak_remeasured", "bool", "the measured MFU is against a peak re-measured after this point"),
+    # --- MBU (accel_kit.peaks): a decode step's bytes read per second against the memory bandwidth
+    Metric("bandwidth_gbps_datasheet", "GB/s", "the device's datasheet memory bandwidth"),
+    Metric("bandwidth_source", "text", "where the datasheet bandwidth comes from"),
+    Metric("mbu_pct", "%", "achieved bytes per second over the datasheet bandwidth"),
+    Metric("mbu_reason", "text", "why there is no datasheet MBU"),
+    Metric("bandwidth_gbps_measured", "GB/s", "the run's measured memory bandwidth (copy or triad)"),
+    Metric("mbu_measured_pct", "%", "achieved bytes per second over the measured bandwidth"),
+    Metric("mbu_measured_reason", "text", "why there is no measured MBU"),
+    Metric("mbu_measured_unreliable", "bool", "above 100 % of the measured bandwidth: the measurement was unlucky"),
     Metric("mem_peak_gib", "GiB", "peak device memory of the timed window (a CPU: the process's peak RSS)"),
     # --- the input pipeline (accel_kit.engine.train_measure)
     Metric("loader_tokens_per_s", "tokens/s", "one process's data loader alone, on the same data, no step between "

@@ -38,6 +38,10 @@ class DatasheetPeak:
     # The 2:4-sparse figures where the vendor publishes them too (often the headline ones): kept only so
     # that a test can check the table holds the dense half, never looked up.
     sparse_tflops: dict[str, float] = field(default_factory=dict)
+    # Memory (HBM) bandwidth in GB/s (10^9 bytes/s) per variant: (regex on the device model string, GB/s,
+    # source), the first match wins; a part sold with several memories (A100 40 and 80 GB) lists each, and a
+    # name that says none of them gets no figure (``datasheet_bandwidth_gbps``).
+    memory_gbps: tuple[tuple[str, float, str], ...] = ()
 
 
 # One entry per device *as torch sees it*: an MI250 package is two GCDs, i.e. two torch devices.
@@ -48,24 +52,30 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "NVIDIA A100 Tensor Core GPU datasheet (2021), dense figures (the starred ones are 2:4 sparse)",
         sparse_tflops={"tf32": 312.0, "fp16": 624.0, "bf16": 624.0},
+        memory_gbps=((r"80\s?GB.*PCIe|PCIe.*80\s?GB", 1935.0, "NVIDIA A100 datasheet (2021), 80GB PCIe: 1,935 GB/s HBM2e"),
+                     (r"80\s?GB", 2039.0, "NVIDIA A100 datasheet (2021), 80GB SXM: 2,039 GB/s HBM2e"),
+                     (r"40\s?GB", 1555.0, "NVIDIA A100 datasheet (2021), 40GB: 1,555 GB/s HBM2")),
     ),
     DatasheetPeak(
         "NVIDIA H100 SXM", r"\bH100\b(?!.*PCIe)",
         {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "NVIDIA H100 Tensor Core GPU datasheet, SXM5 column, dense (half the sparse figures)",
         sparse_tflops={"tf32": 989.4, "fp16": 1978.9, "bf16": 1978.9, "fp8": 3957.8},
+        memory_gbps=(("", 3350.0, "NVIDIA H100 datasheet, SXM5 column: 3.35 TB/s HBM3"),),
     ),
     DatasheetPeak(
         "NVIDIA H100 PCIe", r"\bH100\b.*PCIe",
         {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
         "NVIDIA H100 Tensor Core GPU datasheet, PCIe column, dense (half the sparse figures)",
         sparse_tflops={"tf32": 756.0, "fp16": 1513.0, "bf16": 1513.0, "fp8": 3026.0},
+        memory_gbps=(("", 2000.0, "NVIDIA H100 datasheet, PCIe column: 2 TB/s HBM2e"),),
     ),
     DatasheetPeak(
         "NVIDIA H200", r"\bH200\b",
         {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9},
         "NVIDIA H200 Tensor Core GPU datasheet, SXM column, dense (half the sparse figures)",
         sparse_tflops={"tf32": 989.4, "fp16": 1978.9, "bf16": 1978.9, "fp8": 3957.8},
+        memory_gbps=(("", 4800.0, "NVIDIA H200 datasheet, SXM column: 4.8 TB/s HBM3e"),),
     ),
     DatasheetPeak(
         # \b keeps "NVIDIA GB200" (the Grace-Blackwell part, clocked higher at 1,200 W) out of this entry.
@@ -74,18 +84,23 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         "NVIDIA HGX B200 datasheet, per-GPU figures; its tensor-core figures are 2:4 sparse, the table holds half",
         note="the datasheet's TF32 2.2, FP16/BF16 4.5 and FP8 9 PFLOPS are sparse figures; dense is half of each",
         sparse_tflops={"tf32": 2200.0, "fp16": 4500.0, "bf16": 4500.0, "fp8": 9000.0},
+        memory_gbps=(("", 8000.0, "NVIDIA HGX B200 datasheet, per GPU: 8 TB/s HBM3e"),),
     ),
     DatasheetPeak(
         "AMD MI250 (per GCD)", r"MI250(?!X)",
         {"fp32": 45.25, "fp16": 181.05, "bf16": 181.05},
         "AMD Instinct MI250 datasheet: 90.5 TFLOPS FP32 matrix, 362.1 FP16/BF16 per package of 2 GCDs",
         note="torch sees each GCD as one device, so the package figures are halved; fp32 is the matrix-core rate",
+        memory_gbps=(("", 1638.4, "AMD Instinct MI250 datasheet: 3,276.8 GB/s HBM2e per package of 2 GCDs, "
+                                 "halved per GCD as the FLOP/s are"),),
     ),
     DatasheetPeak(
         "AMD MI250X (per GCD)", r"MI250X",
         {"fp32": 47.85, "fp16": 191.5, "bf16": 191.5},
         "AMD Instinct MI250X datasheet: 95.7 TFLOPS FP32 matrix, 383 FP16/BF16 per package of 2 GCDs",
         note="torch sees each GCD as one device, so the package figures are halved",
+        memory_gbps=(("", 1638.4, "AMD Instinct MI250X datasheet: 3,276.8 GB/s HBM2e per package of 2 GCDs, "
+                                 "halved per GCD"),),
     ),
     DatasheetPeak(
         "AMD MI300X", r"MI300X",
@@ -93,6 +108,7 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         "AMD Instinct MI300X datasheet, dense matrix figures",
         note="the datasheet's 'with structured sparsity' figures are twice these; fp32 is the matrix-core rate",
         sparse_tflops={"fp16": 2614.9, "bf16": 2614.9, "fp8": 5229.8},
+        memory_gbps=(("", 5300.0, "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3"),),
     ),
     DatasheetPeak(
         "AMD MI325X", r"MI325X",
@@ -100,6 +116,7 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         "AMD Instinct MI325X datasheet, dense matrix figures (the MI300X's compute with 256 GB HBM3E)",
         note="the datasheet's 'with structured sparsity' figures are twice these; fp32 is the matrix-core rate",
         sparse_tflops={"fp16": 2614.9, "bf16": 2614.9, "fp8": 5229.8},
+        memory_gbps=(("", 6000.0, "AMD Instinct MI325X datasheet: 6 TB/s HBM3E"),),
     ),
     DatasheetPeak(
         "AMD MI355X", r"MI355X",
@@ -108,17 +125,20 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         note="about 5 PFLOPS FP16/BF16 is the structured-sparsity figure, about 5 PFLOPS FP8 the dense one: the "
              "table holds the dense ones; CDNA 4 has no TF32 matrix path, so there is no tf32 entry",
         sparse_tflops={"fp16": 5033.2, "bf16": 5033.2, "fp8": 10066.4},
+        memory_gbps=(("", 8000.0, "AMD Instinct MI355X datasheet: 8 TB/s HBM3E"),),
     ),
     DatasheetPeak(
         "Intel Gaudi2", r"Gaudi ?2|HL-225",
         {"bf16": 432.0},
         "Habana Gaudi2 MME bf16 peak as used in public MFU comparisons (docs/study.md, reference figures)",
+        memory_gbps=(("", 2450.0, "Habana Gaudi2 datasheet: 96 GB HBM2E at 2.45 TB/s"),),
     ),
     DatasheetPeak(
         "Intel Gaudi 3", r"Gaudi ?3|HL-325",
         {"bf16": 1835.0, "fp8": 1835.0},
         "Intel Gaudi 3 AI Accelerator white paper: 1,835 TFLOPS BF16 and FP8 on its matrix engines (MME)",
         note="Gaudi 3 publishes no sparse figure; its fp32 and fp16 matmuls are not given as matrix-engine peaks",
+        memory_gbps=(("", 3670.0, "Intel Gaudi 3 AI Accelerator white paper: 128 GB HBM2e at 3.67 TB/s"),),
     ),
     DatasheetPeak(
         "Intel Data Center GPU Max 1550 (per stack)", r"Max 1550",
@@ -128,6 +148,8 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         note="each of the 2 stacks is one torch device under Level Zero's flat hierarchy (Aurora's default), so the "
              "GPU's figures are halved; no sparse figure is published. The figure is at the 1.6 GHz peak clock: "
              "a tool that counts a lower sustained clock (1.3 GHz) reads a higher MFU from the same run",
+        memory_gbps=(("", 1638.4, "Intel Data Center GPU Max Series product brief, Max 1550: 3,276.8 GB/s "
+                                 "HBM2e per GPU of 2 stacks, halved per stack"),),
     ),
 )
 
@@ -276,3 +298,99 @@ def measure_matmul_peak(adapter: DeviceAdapter, precision: str, *, sizes: tuple[
         del a, b  # free this shape's operands before the next one is allocated
     best = max(per_shape, key=per_shape.__getitem__)
     return MeasuredPeak(precision, per_shape[best], best, per_shape, skipped)
+
+
+# --- memory bandwidth: the datasheet's and a measured one, and MBU against each
+
+class MBUError(RuntimeError):
+    """An MBU above 100 % of the datasheet bandwidth: the byte count, the timing or the figure is wrong."""
+
+
+def datasheet_bandwidth_gbps(device_model: str) -> tuple[float | None, str]:
+    """(memory bandwidth GB/s, source) for a device; (None, reason) when not known."""
+    entry = lookup_datasheet(device_model)
+    if entry is None:
+        return None, f"no datasheet memory bandwidth known for device {device_model!r}"
+    for pattern, gbps, source in entry.memory_gbps:
+        if re.search(pattern, device_model, flags=re.IGNORECASE):
+            return gbps, source
+    if entry.memory_gbps:
+        variants = ", ".join(f"{g:g} GB/s ({s})" for _, g, s in entry.memory_gbps)
+        return None, f"{entry.device}'s bandwidth depends on its memory, which {device_model!r} does not say: {variants}"
+    return None, f"datasheet for {entry.device} gives no memory bandwidth"
+
+
+def mbu_pct(achieved_gbps: float, peak_gbps: float | None) -> float | None:
+    """Memory bandwidth utilisation in percent; None when the bandwidth is unknown.
+
+    Raises MBUError above 100 %, as ``mfu_pct`` raises MFUError: a step cannot read faster than its memory."""
+    if peak_gbps is None:
+        return None
+    value = 100.0 * achieved_gbps / peak_gbps
+    if value > 100.0:
+        raise MBUError(f"MBU {value:.1f} % exceeds 100 % ({achieved_gbps:.1f} of {peak_gbps:.1f} GB/s): "
+                       "the byte count, the timing or the bandwidth is wrong")
+    return value
+
+
+@dataclass
+class MeasuredBandwidth:
+    """Best memory bandwidth measured on this device: a copy (b = a: 2 bytes moved per byte) and a triad
+    (a = b + s c: 3), over arrays of several sizes, best of the trials of each."""
+
+    gbps: float
+    best_kernel: str  # "copy 256MiB", "triad 256MiB"
+    per_kernel_gbps: dict[str, float] = field(default_factory=dict)
+
+    def best_of(self, other: "MeasuredBandwidth | None") -> "MeasuredBandwidth":
+        """The higher of two measurements (a busy moment only lowers a bandwidth)."""
+        return self if other is None or other.gbps <= self.gbps else other
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Arrays well past every last-level cache (an H200's L2 is 60 MB, an EPYC's L3 up to 384 MB per socket).
+BANDWIDTH_ARRAY_MIB: tuple[int, ...] = (512,)
+
+
+def measure_memory_bandwidth(adapter: DeviceAdapter, *, sizes_mib: tuple[int, ...] = BANDWIDTH_ARRAY_MIB,
+                             warmup: int = 1, trials: int = 5) -> MeasuredBandwidth:
+    """Measure the device's memory bandwidth through torch: ``copy_`` and a triad (``torch.add(b, c, alpha=s,
+    out=a)``) on fp32 arrays of ``sizes_mib`` each, timed by ``accel_kit.timing.measure`` (synchronised), the
+    best trial's rate kept. Bytes moved: copy reads one array and writes one; the triad reads two, writes one."""
+    device = adapter.torch_device()
+    per_kernel: dict[str, float] = {}
+    for mib in sizes_mib:
+        n = mib * 2**20 // 4
+        a, b, c = (torch.ones(n, device=device) for _ in range(3))
+        kernels = {"copy": (functools.partial(a.copy_, b), 2),
+                   "triad": (functools.partial(torch.add, b, c, alpha=2.0, out=a), 3)}
+        for name, (fn, arrays) in kernels.items():
+            timing = measure(fn, adapter.synchronize, warmup=warmup, trials=trials)
+            per_kernel[f"{name} {mib}MiB"] = arrays * n * 4 / timing.min_s / 1e9
+        del a, b, c
+    best = max(per_kernel, key=per_kernel.__getitem__)
+    return MeasuredBandwidth(per_kernel[best], best, per_kernel)
+
+
+def mbu_metrics(achieved_gbps: float, device_model: str, measured: dict | None) -> dict:
+    """A decode's MBU both ways, as record metrics: against the datasheet bandwidth (with its source, or the
+    reason there is none; above 100 % raises MBUError) and against the measured one (``measured``: a
+    ``MeasuredBandwidth`` as a dict, or None; above 100 % of it is flagged unreliable, as the measured MFU is)."""
+    peak, source = datasheet_bandwidth_gbps(device_model)
+    out = {"bandwidth_gbps_datasheet": peak, "mbu_pct": mbu_pct(achieved_gbps, peak),
+           "bandwidth_source" if peak is not None else "mbu_reason": source}
+    if measured is None:
+        return out | {"bandwidth_gbps_measured": None, "mbu_measured_pct": None,
+                      "mbu_measured_reason": "memory bandwidth not measured"}
+    bandwidth = MeasuredBandwidth(**measured)
+    value = 100.0 * achieved_gbps / bandwidth.gbps
+    out |= {"bandwidth_gbps_measured": bandwidth.gbps, "mbu_measured_pct": value}
+    if value > 100.0:
+        out["mbu_measured_unreliable"] = True
+        out["mbu_measured_reason"] = (
+            f"the step read at {value:.0f} % of the measured bandwidth ({achieved_gbps:.1f} against "
+            f"{bandwidth.gbps:.1f} GB/s, {bandwidth.best_kernel}): a busy machine during the measurement, or the "
+            "step's bytes stayed in a cache; the point's times stand")
+    return out

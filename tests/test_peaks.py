@@ -128,3 +128,64 @@ def test_apple_gpus_have_no_datasheet_mfu_but_a_measured_one():
     metrics = peaks.mfu_metrics(4.0, "Apple M3 Max", "fp16", measured.to_dict())
     assert metrics["mfu_pct"] is None and "Apple publishes no" in metrics["mfu_reason"]
     assert metrics["mfu_measured_pct"] == pytest.approx(40.0)
+
+
+# --- memory bandwidth and MBU
+
+@pytest.mark.parametrize("model, expected", [
+    ("NVIDIA A100-SXM4-40GB", 1555.0),
+    ("NVIDIA A100-SXM4-80GB", 2039.0),
+    ("NVIDIA A100 80GB PCIe", 1935.0),
+    ("NVIDIA H100 80GB HBM3", 3350.0),
+    ("NVIDIA H200", 4800.0),
+    ("AMD Instinct MI250X / MI250", 1638.4),  # per GCD: half the package's 3,276.8
+    ("AMD Instinct MI300X", 5300.0),
+    ("Gaudi2", 2450.0),
+])
+def test_datasheet_bandwidth(model, expected):
+    gbps, source = peaks.datasheet_bandwidth_gbps(model)
+    assert gbps == expected and source
+
+
+def test_bandwidth_of_an_unnamed_variant_or_unknown_device_says_why():
+    gbps, reason = peaks.datasheet_bandwidth_gbps("NVIDIA A100")
+    assert gbps is None and "1555" in reason and "2039" in reason  # every variant named
+    gbps, reason = peaks.datasheet_bandwidth_gbps("Intel(R) Xeon(R) Processor")
+    assert gbps is None and "no datasheet memory bandwidth" in reason
+
+
+def test_every_entry_with_a_bandwidth_has_its_source():
+    for entry in peaks.DATASHEET:
+        assert all(gbps > 0 and source for _, gbps, source in entry.memory_gbps)
+
+
+def test_mbu_above_100_of_the_datasheet_is_an_error():
+    assert peaks.mbu_pct(2400.0, 4800.0) == pytest.approx(50.0)
+    assert peaks.mbu_pct(1.0, None) is None
+    with pytest.raises(peaks.MBUError, match="exceeds 100"):
+        peaks.mbu_pct(5000.0, 4800.0)
+    with pytest.raises(peaks.MBUError):
+        peaks.mbu_metrics(5000.0, "NVIDIA H200", None)
+
+
+def test_mbu_metrics_both_ways():
+    measured = peaks.MeasuredBandwidth(10.0, "copy 1MiB", {"copy 1MiB": 10.0}).to_dict()
+    m = peaks.mbu_metrics(12.0, "Intel(R) Xeon(R) Processor", measured)
+    assert m["mbu_pct"] is None and "no datasheet" in m["mbu_reason"]
+    assert m["mbu_measured_pct"] == pytest.approx(120.0) and m["mbu_measured_unreliable"]
+    m = peaks.mbu_metrics(2000.0, "NVIDIA H200", None)
+    assert m["mbu_pct"] == pytest.approx(2000 / 48) and m["mbu_measured_pct"] is None and m["mbu_measured_reason"]
+
+
+def test_measure_memory_bandwidth_cpu():
+    measured = peaks.measure_memory_bandwidth(get_adapter("cpu"), sizes_mib=(8,), warmup=1, trials=2)
+    assert set(measured.per_kernel_gbps) == {"copy 8MiB", "triad 8MiB"}
+    assert measured.gbps == max(measured.per_kernel_gbps.values()) > 0
+    assert peaks.MeasuredBandwidth(**measured.to_dict()) == measured
+
+
+def test_bandwidth_point_runs_as_a_kind():
+    from accel_kit.engine import kinds
+    from accel_kit.engine.point import BandwidthPoint
+
+    assert kinds.spec("bandwidth").point_cls is BandwidthPoint

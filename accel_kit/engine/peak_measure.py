@@ -1,4 +1,5 @@
-"""The matmul-peak kind: many products, each timed by ``accel_kit.timing``, the best rate kept.
+"""The matmul-peak and memory-bandwidth kinds: many products (copies), each timed by ``accel_kit.timing``, the
+best rate kept.
 
 Its own path (no FLOPs of one workload, no MFU, no energy window), so no ``KindMeasurement``; the
 sweep runner measures it in a child process before a sweep (``accel_kit.engine.sweep.PeakReference``).
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from accel_kit.engine.kinds import register_kind
 from accel_kit.engine.measurement import Context
-from accel_kit.engine.point import PeakPoint
+from accel_kit.engine.point import BandwidthPoint, PeakPoint
 from accel_kit.engine.result import Result
 
 
@@ -20,3 +21,14 @@ def measure_peak(point: PeakPoint, ctx: Context) -> Result:
 
 
 register_kind("peak", PeakPoint, measure_peak)
+
+
+def measure_bandwidth(point: BandwidthPoint, ctx: Context) -> Result:
+    """The best copy or triad rate (``accel_kit.peaks.MeasuredBandwidth``, in the payload)."""
+    from accel_kit.peaks import measure_memory_bandwidth
+
+    bandwidth = measure_memory_bandwidth(ctx.adapter, sizes_mib=tuple(point.sizes_mib))
+    return Result(status="ok", payload=bandwidth.to_dict())
+
+
+register_kind("bandwidth", BandwidthPoint, measure_bandwidth)

@@ -287,3 +287,12 @@ class PeakPoint(Point):
 
     kind: Literal["peak"] = "peak"
     shapes: list[tuple[int, int, int]] = []
+
+
+class BandwidthPoint(Point):
+    """A memory-bandwidth measurement (``accel_kit.peaks.measure_memory_bandwidth``) in a worker process of its own:
+    the measured figure a decode's MBU is read against. ``precision`` is the run's; the kernels move fp32 arrays
+    (bandwidth does not depend on the element type)."""
+
+    kind: Literal["bandwidth"] = "bandwidth"
+    sizes_mib: list[PositiveInt] = [512]

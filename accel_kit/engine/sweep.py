@@ -205,6 +205,34 @@ class PeakReference:
         return self.best[precision]
 
 
+class BandwidthReference:
+    """The measured memory bandwidth (``accel_kit.engine.point.BandwidthPoint``, in a child process of its own),
+    measured once per run on first use and kept, as ``PeakReference`` keeps the matmul peak; an inference
+    study reads its decode's MBU against it (``accel_kit.peaks.mbu_metrics``)."""
+
+    def __init__(self, system: str, precision: str = "fp32", *, timeout_s: float = 600, enabled: bool = True):
+        self.system, self.precision, self.timeout_s, self.enabled = system, precision, timeout_s, enabled
+        self.best: peaks.MeasuredBandwidth | None = None
+        self._measured = False
+
+    def measure(self) -> peaks.MeasuredBandwidth | None:
+        from accel_kit.engine.point import BandwidthPoint
+
+        result = run_worker(BandwidthPoint(system=self.system, precision=self.precision), timeout_s=self.timeout_s)
+        return peaks.MeasuredBandwidth(**result.payload) if result.status == "ok" and result.payload else None
+
+    def get(self) -> peaks.MeasuredBandwidth | None:
+        if self.enabled and not self._measured:
+            self.best, self._measured = self.measure(), True
+        return self.best
+
+    def remeasure(self) -> peaks.MeasuredBandwidth | None:
+        """Measure again, keep the better of the two, return it."""
+        again = self.measure()
+        self.best = self.best.best_of(again) if self.best else again
+        return self.best
+
+
 def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
               cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False) -> list[dict]:

@@ -319,6 +319,74 @@ class Family(ABC):
         skipped = shape.n_experts - shape.experts_per_token
         return self.inactive_weight_count(cfg) * shape.n_experts // skipped if shape.n_experts and skipped else 0
 
+    # --- inference (a static KV cache; ``accel_kit.models.generate`` runs it, docs/inference.md)
+
+    # The family's models have ``forward_cached(idx (B, T), cache: KVCache, start: int) -> logits (B, 1, V_padded)``:
+    # tokens at positions start .. start + T - 1 write their keys and values to the cache and attend over its
+    # valid prefix; only the last position's logits are computed (``accel_kit.models.kv_cache``).
+    supports_kv_cache: ClassVar[bool] = False
+
+    def new_kv_cache(self, cfg: Any, batch: int, max_len: int, *, dtype: torch.dtype, device: Any) -> Any:
+        """A zeroed ``KVCache`` for ``batch`` sequences of up to ``max_len`` positions (prompt plus new tokens)."""
+        from accel_kit.models.kv_cache import KVCache
+
+        s = self.shape(cfg)
+        return KVCache.allocate(s.n_layers, batch, s.n_kv_heads, max_len, s.head_dim, dtype=dtype, device=device)
+
+    def kv_cache_bytes(self, cfg: Any, batch: int, seq_len: int, dtype_bytes: int) -> int:
+        """Bytes of the KV cache holding ``seq_len`` positions of ``batch`` sequences.
+
+        Per layer, position and sequence: one key and one value (2) of n_kv_heads x head_dim elements each
+        (GQA's narrower width: the cache never holds the n_heads-wide broadcast). A MoE family's attention is
+        dense, so its cache is the same formula."""
+        s = self.shape(cfg)
+        return 2 * s.n_layers * batch * seq_len * s.n_kv_heads * s.head_dim * dtype_bytes
+
+    def prefill_flops(self, cfg: Any, batch: int, prompt_len: int) -> int:
+        """Forward FLOPs of the prefill of ``batch`` prompts of ``prompt_len`` tokens.
+
+        Every prompt token passes every layer: ``layer_flop_terms`` at seq_len = prompt_len, whose weight
+        term is 2 per (active) weight per token and whose attention term is the *full* prompt x prompt score
+        matrix (4 T nh hd per token per layer), not the causal half a kernel computes: the convention of
+        ``accel_kit.flops``, so a prefill's MFU reads on the same scale as a training step's. The output
+        projection (2 h V) runs for the last position only, as ``forward_cached`` (and transformers'
+        ``generate``, ``logits_to_keep=1``) computes it."""
+        s = self.shape(cfg)
+        layer = self.layer_flop_terms(cfg, prompt_len)
+        return batch * (prompt_len * s.n_layers * (layer.matmul + layer.attention) + 2 * s.hidden_size * s.vocab_size_model)
+
+    def decode_step_flops(self, cfg: Any, batch: int, cache_len: int) -> int:
+        """Forward FLOPs of one decode step of ``batch`` sequences attending over ``cache_len`` cached positions
+        (the new token's own included).
+
+        Per sequence: the weights' 2 per (active) weight; attention's scores and weighted sum over the
+        cache, 2 products x 2 FLOPs x cache_len x nh x hd per layer (one query: no masked half to argue
+        about), which is ``layer_flop_terms``' attention term at seq_len = cache_len; the output projection
+        2 h V."""
+        return batch * self.flop_terms(cfg, cache_len).forward
+
+    def decode_weight_count(self, cfg: Any, batch: int) -> int:
+        """Weights one decode step of ``batch`` sequences reads from memory: every layer's linears a token of
+        the batch multiplies, and the output projection (h x V_padded, read whole for the logits).
+
+        Not counted: the embedding table (only B rows of it are gathered, unless it is the tied output
+        projection, counted already), norms and biases (O(h) per layer, under 0.1 %). Dense default: all the
+        linears, whatever the batch. A MoE family overrides it with the experts its batch reaches: at batch 1
+        the top-k (``n_layers x layer_weight_count - inactive_weight_count``, as here); at batch B up to
+        min(E, B k) experts per MoE layer, since each expert's weights are read once per step however many
+        tokens it takes."""
+        s = self.shape(cfg)
+        return s.n_layers * self.layer_weight_count(cfg) - self.inactive_weight_count(cfg) \
+            + s.hidden_size * s.vocab_size_model
+
+    def decode_step_bytes(self, cfg: Any, batch: int, cache_len: int, *, weight_bytes: int, kv_bytes: int) -> int:
+        """Bytes one decode step reads: the weights it multiplies once each (``decode_weight_count``, read once
+        for the whole batch: a GEMV batch shares them) plus the KV cache's K and V at ``cache_len`` positions
+        (``kv_cache_bytes``), each read once by the attention. Activations (B x h per layer) and the logits
+        (B x V) are left out: under 0.1 % of the weights at batch 1; they grow with the batch (a few % at batch
+        64 for Llama 3.1 8B's shape), so at a large batch the MBU read from these bytes is a lower bound."""
+        return self.decode_weight_count(cfg, batch) * weight_bytes + self.kv_cache_bytes(cfg, batch, cache_len, kv_bytes)
+
     # --- structure
 
     @abstractmethod

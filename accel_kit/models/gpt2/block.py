@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel_kit.models.kv_cache import LayerKV, cached_attention
 from accel_kit.models.sdpa import causal_attention
 
 
@@ -112,6 +113,16 @@ class CausalSelfAttention(nn.Module):
         y = causal_attention(q, k, v)  # (B, nh, T, hs): SDPA, causal
         return _linear(y.transpose(1, 2).reshape(B, T, nh * hs), self.c_proj, self.fast_path)
 
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+        """``forward`` for tokens at positions start .. start + T - 1, their keys and values written to
+        ``cache`` and attention over its valid prefix (inference; the training forward keeps no cache)."""
+        B, T, _ = x.shape
+        nh, hs = self.n_heads, self.head_dim
+        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)  # (B, nh, T, hs) each
+        k, v = cache.write(start, k, v)  # (B, nh, start + T, hs): the valid prefix
+        y = cached_attention(q, k, v, start)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, nh * hs))
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: BlockConfig):
@@ -138,4 +149,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+        """``forward`` with a static KV cache (``CausalSelfAttention.forward_cached``)."""
+        x = x + self.attn.forward_cached(self.ln_1(x), cache, start)
         return x + self.mlp(self.ln_2(x))

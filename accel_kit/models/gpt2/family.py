@@ -23,6 +23,7 @@ class GPT2(Family):
     overridable = ("vocab_size", "seq_len", "pad_vocab_multiple", "dropout", "narrow_linear_fast_path")
     hf_model_class = "GPT2LMHeadModel"
     hf_modules = ("transformers.models.gpt2.modeling_gpt2",)
+    supports_kv_cache = True  # GPT.forward_cached
 
     def build(self, cfg: GPTConfig, *, activation_checkpointing: bool = False) -> GPT:
         return GPT(cfg, activation_checkpointing=activation_checkpointing)

@@ -13,6 +13,7 @@ from torch import nn
 
 from accel_kit.models.family import PaddedVocab, lm_loss, run_blocks, unique_param_count
 from accel_kit.models.gpt2.block import Block, BlockConfig
+from accel_kit.models.kv_cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,18 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))
+
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+        """Logits (B, 1, V_padded) of the last of the tokens ``idx`` (B, T) at positions start .. start + T - 1,
+        their keys and values written to ``cache`` (``accel_kit.models.kv_cache``): a prefill (start 0) or a
+        decode step (T = 1). Only the last position's logits: the next token is all generation reads."""
+        T = idx.shape[1]
+        if start + T > self.cfg.seq_len:
+            raise ValueError(f"position {start + T - 1} is beyond the model's context {self.cfg.seq_len}")
+        x = self.drop(self.wte(idx) + self.wpe(self.position_ids[start:start + T]))  # (B, T, h)
+        for block, layer_cache in zip(self.h, cache.layers):
+            x = block.forward_cached(x, layer_cache, start)
+        return self.head(x[:, -1:])
 
     def num_params(self) -> int:
         """Unique parameters (the tied output projection counted once)."""

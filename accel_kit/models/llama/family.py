@@ -33,6 +33,7 @@ class Llama3(Family):
     overridable: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len", "pad_vocab_multiple")
     hf_model_class: ClassVar[str] = "LlamaForCausalLM"
     hf_modules: ClassVar[tuple[str, ...]] = ("transformers.models.llama.modeling_llama",)
+    supports_kv_cache: ClassVar[bool] = True  # Llama.forward_cached
 
     # --- building
 

@@ -1,0 +1,129 @@
+"""Static-KV-cache generation (``accel_kit.models.generate``) and the families' inference FLOPs and bytes.
+
+Greedy tokens are checked against transformers' ``generate(do_sample=False)`` from the same weights
+(``Family.to_hf``), and cached logits against a full forward's, all in fp32 on the tiny presets. The
+FLOP and byte counts are checked against hand counts for GPT-2 XL and Llama 3.1 8B.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel_kit.models import family_of, get_config
+from accel_kit.models.generate import greedy_generate, timed_greedy_generate
+
+PRESETS = ("gpt2-debug", "llama3-debug")
+PROMPT_LEN, NEW_TOKENS = 8, 16
+
+
+def _model(preset: str):
+    """A tiny model in fp32 with weights wide enough (std 0.3) that greedy tokens vary from step to step:
+    the families' 0.02 init makes a random model repeat one token, which would check little."""
+    torch.manual_seed(0)
+    family, cfg = family_of(preset), get_config(preset)
+    model = family.build(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    prompt = torch.randint(0, cfg.vocab_size, (2, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
+    return family, cfg, model, prompt
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_greedy_tokens_equal_transformers(preset, cache):
+    family, cfg, model, prompt = _model(preset)
+    ours = greedy_generate(model, prompt, NEW_TOKENS)
+    hf = family.to_hf(model).eval()
+    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, do_sample=False,
+                         use_cache=True, cache_implementation=cache, pad_token_id=0)
+    assert ours.shape == (2, PROMPT_LEN + NEW_TOKENS)
+    assert len(set(ours[:, PROMPT_LEN:].flatten().tolist())) > 3  # the check is not of one repeated token
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_cached_logits_equal_full_forward(preset):
+    family, cfg, model, prompt = _model(preset)
+    ids = greedy_generate(model, prompt, NEW_TOKENS)
+    with torch.no_grad():
+        full, _ = model(ids)  # (B, T + N, V)
+        cache = family.new_kv_cache(cfg, 2, ids.shape[1], dtype=torch.float32, device="cpu")
+        steps = [model.forward_cached(ids[:, :PROMPT_LEN], cache, 0)]  # prefill: the last prompt position's
+        steps += [model.forward_cached(ids[:, t:t + 1], cache, t) for t in range(PROMPT_LEN, ids.shape[1])]
+        for offset, logits in enumerate(steps):
+            torch.testing.assert_close(logits[:, 0], full[:, PROMPT_LEN - 1 + offset], rtol=1e-4, atol=1e-4)
+        # a chunk after position 0 (the shifted causal mask) gives the same logits too
+        chunked = family.new_kv_cache(cfg, 2, ids.shape[1], dtype=torch.float32, device="cpu")
+        model.forward_cached(ids[:, :5], chunked, 0)
+        torch.testing.assert_close(model.forward_cached(ids[:, 5:12], chunked, 5)[:, 0], full[:, 11],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_timed_generation_times_prefill_and_each_step():
+    _, _, model, prompt = _model("llama3-debug")
+    seen = []
+    tokens, times = timed_greedy_generate(model, prompt, 5, lambda: None)
+    greedy_generate(model, prompt, 5, on_step=lambda i, ids: seen.append((i, ids.shape)))
+    assert tokens.shape == (2, PROMPT_LEN + 5)
+    assert times.prefill_s > 0 and len(times.decode_step_s) == 4 and all(t > 0 for t in times.decode_step_s)
+    assert seen == [(i, (2,)) for i in range(5)]
+
+
+def test_generation_past_the_context_is_refused():
+    _, cfg, model, _ = _model("gpt2-debug")
+    prompt = torch.zeros(1, cfg.seq_len - 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="beyond the model's context"):
+        greedy_generate(model, prompt, 4)
+
+
+def test_the_training_forward_keeps_no_cache():
+    # the cache is an argument of forward_cached alone: the training forward and its autograd are untouched
+    _, _, model, prompt = _model("llama3-debug")
+    logits, _ = model.train()(prompt)
+    logits.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+# --- FLOPs and bytes against hand counts
+
+def test_gpt2_xl_inference_counts():
+    family, cfg = family_of("gpt2-xl"), get_config("gpt2-xl")  # 48 layers, h 1600, 25 heads of 64, V 50257
+    linears = 48 * 12 * 1600**2  # per layer QKV 3h^2 + out h^2 + MLP 8h^2: 1,474,560,000
+    head = 1600 * 50257  # tied output projection, read for the logits: 80,411,200
+    assert family.decode_weight_count(cfg, 1) == linears + head == 1_554_971_200
+    # K and V, 48 layers, 25 heads x 64 (no GQA), 16-bit: 2 x 48 x 1600 x 2 = 307,200 bytes per token
+    assert family.kv_cache_bytes(cfg, 1, 1024, 2) == 2 * 48 * 1024 * 1600 * 2 == 314_572_800
+    assert family.kv_cache_bytes(cfg, 8, 1024, 2) == 8 * 314_572_800
+    # decode at cache length 1024: 2 per weight, attention 4 x 1024 x 1600 per layer, logits 2 h V
+    assert family.decode_step_flops(cfg, 1, 1024) == 2 * linears + 48 * 4 * 1024 * 1600 + 2 * head == 3_424_515_200
+    assert family.decode_step_flops(cfg, 4, 1024) == 4 * 3_424_515_200
+    # prefill of 128 tokens: per token 2 per weight plus the full 128 x 128 score matrix; logits once
+    assert family.prefill_flops(cfg, 1, 128) == 128 * (2 * linears + 48 * 4 * 128 * 1600) + 2 * head \
+        == 382_681_347_200
+    assert family.decode_step_bytes(cfg, 1, 1024, weight_bytes=2, kv_bytes=2) == 1_554_971_200 * 2 + 314_572_800
+
+
+def test_llama31_8b_inference_counts():
+    family, cfg = family_of("llama3.1-8b"), get_config("llama3.1-8b")
+    assert cfg.padded_vocab_size == 128256
+    # per layer: q 4096^2, k and v 4096 x 1024 each (8 KV heads of 128), o 4096^2, gate/up/down 4096 x 14336
+    layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert layer == 218_103_808
+    head = 4096 * 128256  # untied: the output projection is read, the embedding's B rows are not counted
+    assert family.decode_weight_count(cfg, 1) == 32 * layer + head == 7_504_658_432  # + embedding 0.53B = 8.03B
+    # GQA: K and V at 8 x 128 wide, 32 layers, bf16: 2 x 32 x 1024 x 2 = 128 KiB per token
+    assert family.kv_cache_bytes(cfg, 1, 1, 2) == 131_072
+    assert family.kv_cache_bytes(cfg, 1, 2048, 2) == 268_435_456
+    # decode at 2048: attention counts every one of the 32 query heads: 4 x 2048 x 32 x 128 per layer
+    assert family.decode_step_flops(cfg, 1, 2048) == 2 * 32 * layer + 32 * 4 * 2048 * 4096 + 2 * head \
+        == 16_083_058_688
+    assert family.prefill_flops(cfg, 2, 512) == 2 * (512 * 32 * (2 * layer + 4 * 512 * 4096) + 2 * head)
+    assert family.decode_step_bytes(cfg, 1, 2048, weight_bytes=2, kv_bytes=2) == 7_504_658_432 * 2 + 268_435_456
+
+
+def test_kv_cache_bytes_match_the_allocated_cache():
+    for preset in PRESETS:
+        family, cfg = family_of(preset), get_config(preset)
+        cache = family.new_kv_cache(cfg, 3, 20, dtype=torch.float32, device="cpu")
+        assert cache.nbytes == family.kv_cache_bytes(cfg, 3, 20, 4)
