@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from accel_kit import energy, identity, noise, results
 from accel_kit.engine.point import Point
@@ -47,25 +47,25 @@ class Params(StudyParams):
     @field_validator("presets")
     @classmethod
     def _known_presets(cls, value: list[str]) -> list[str]:
-        from accel_kit.models import check_preset
-
-        for preset in value:
-            check_preset(preset, "presets")
-        return value
-
-    @model_validator(mode="after")
-    def _fits_positions(self):
-        """An output longer than the model's positions is bad input, said before any point runs."""
-        from accel_kit.errors import ParameterError
         from accel_kit.models import get_config
 
-        longest = max(self.input_lens) + max(self.output_lens)
-        for preset in self.presets:
+        for preset in value:
+            get_config(preset)  # one line naming the preset where it is none
+        return value
+
+    @field_validator("output_lens")
+    @classmethod
+    def _fits_positions(cls, value: list[int], info: ValidationInfo) -> list[int]:
+        """An output longer than the model's positions is bad input, said before any point runs."""
+        from accel_kit.models import get_config
+
+        inputs = info.data.get("input_lens") or []
+        for preset in info.data.get("presets") or []:
             positions = get_config(preset).seq_len
-            if longest > positions:
-                raise ParameterError(f"input {max(self.input_lens)} + output {max(self.output_lens)} tokens exceed "
-                                     f"the {positions} positions of {preset}")
-        return self
+            if inputs and max(inputs) + max(value) > positions:
+                raise ValueError(f"input {max(inputs)} + output {max(value)} tokens exceed the {positions} positions "
+                                 f"of {preset}")
+        return value
 
 
 def offline_points(params: Params, system: System, bandwidth: dict | None = None) -> list[Point]:
@@ -130,7 +130,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in identity.with_varying(TABLE_KEYS, df) if k in df.columns]
     cols = keys + ["kind", "status", *TABLE_METRICS, *energy.table_columns(df), "reason", "record_id"]
     cols = [c for c in dict.fromkeys(cols) if c in df.columns]
-    return df[cols].sort_values(keys, kind="stable").reset_index(drop=True)
+    order = [k for k in TABLE_KEYS if k in keys] + [k for k in keys if k not in TABLE_KEYS]  # batch before the rest
+    return df[cols].sort_values(order, kind="stable").reset_index(drop=True)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
