@@ -5,14 +5,16 @@ Both sides hold the same weights (``Family.to_hf``), in the CPU's native precisi
 cache_implementation="static")``, eager as ``generate`` leaves it off CUDA. Llama 3.2 1B's shape
 (width 2048, 32 heads, 8 KV heads, FFN 8192, vocabulary 128256, tied) with ``--layers`` of its 16
 layers, so that a 2-core CPU runs it in minutes: the output projection, read whole every step, is then
-a larger share of the bytes than in the full model. The sides alternate ``--repeats`` times; the best
-of each is kept.
+a larger share of the bytes than in the full model. The sides alternate ``--repeats`` times, so that
+other load on the machine hits both.
 
-Printed per batch: tokens/s end to end (prefill included) and of the decode alone, each side's and
-their ratio; each side's MBU of the decode against the measured bandwidth (``peaks.
-measure_memory_bandwidth``), bytes per step from ``Family.decode_step_bytes`` (weights once, the KV
-cache at its length). transformers' decode time is its generate of N tokens less its generate of 1
-(the prefill and the first token). Target: ours >= 1.0x.
+Each side is timed the same way, by the time each new token is ready: ours by ``greedy_generate``'s
+``on_step``, transformers' by a forward hook on its model (one forward per token). Printed per batch:
+TTFT (the prefill and the first token, best run), TPOT (the median time between consecutive tokens,
+over every run's steps: robust to a busy moment), decode tokens/s (batch / TPOT) and the ratio; each
+side's MBU of the decode against the measured bandwidth (``peaks.measure_memory_bandwidth``), the bytes
+of a step from ``Family.decode_step_bytes`` (weights once, the KV cache at its length) averaged over the
+steps. Target: ours >= 1.0x decode tokens/s.
 
     python benchmarks/decode_vs_hf.py [--layers 2] [--batch 1 8] [--input 128] [--output 128] [--repeats 2]
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 
 import torch
@@ -28,47 +31,64 @@ from accel_kit import peaks
 from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.devices import dtype_of, get_adapter
 from accel_kit.models import family_of, get_config
-from accel_kit.models.generate import timed_greedy_generate
+from accel_kit.models.generate import greedy_generate
 
 
-def hf_seconds(hf, prompt: torch.Tensor, new_tokens: int) -> tuple[float, torch.Tensor]:
-    """Seconds of transformers' greedy generate with a static cache (the CPU: the clock after it returns)."""
+def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """transformers' greedy generate with a static cache, exactly ``new_tokens`` new tokens."""
+    return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=False, use_cache=True, cache_implementation="static",
+                       pad_token_id=0)
+
+
+def hf_run(hf, prompt: torch.Tensor, new_tokens: int, stamp) -> torch.Tensor:
+    """``hf_generate`` with ``stamp()`` called as each forward (the prefill, then one per token) returns."""
+    handle = hf.register_forward_hook(lambda *_: stamp())
+    try:
+        return hf_generate(hf, prompt, new_tokens)
+    finally:
+        handle.remove()
+
+
+def token_times(run) -> tuple[torch.Tensor, float, list[float]]:
+    """(tokens, prefill seconds, seconds between consecutive new tokens) of ``run(stamp)``, which calls
+    ``stamp()`` as each new token is ready. The CPU's clock: there is no device queue to drain."""
+    stamps: list[float] = []
     start = time.perf_counter()
-    out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                      do_sample=False, use_cache=True, cache_implementation="static", pad_token_id=0)
-    return time.perf_counter() - start, out
+    tokens = run(lambda *_: stamps.append(time.perf_counter()))
+    return tokens, stamps[0] - start, [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def decode_bytes(family, cfg, batch: int, prompt_len: int, new_tokens: int, elem_bytes: int) -> int:
-    """Bytes read by the decode steps after the prefill: step i attends over prompt_len + i + 1 positions."""
-    return sum(family.decode_step_bytes(cfg, batch, prompt_len + i + 1, weight_bytes=elem_bytes, kv_bytes=elem_bytes)
-               for i in range(new_tokens - 1))
+def mean_step_bytes(family, cfg, batch: int, prompt_len: int, new_tokens: int, elem_bytes: int) -> float:
+    """Bytes a decode step reads, averaged over the steps after the prefill (step i attends over
+    prompt_len + i + 1 positions)."""
+    return statistics.fmean(family.decode_step_bytes(cfg, batch, prompt_len + i + 1, weight_bytes=elem_bytes,
+                                                     kv_bytes=elem_bytes) for i in range(new_tokens - 1))
 
 
 def run_batch(family, cfg, model, hf, args, batch: int, elem_bytes: int, bandwidth: float) -> None:
-    gen = torch.Generator().manual_seed(batch)
-    prompt = torch.randint(0, cfg.vocab_size, (batch, args.input), generator=gen)
-    sync = get_adapter("cpu").synchronize
-    ours_total = ours_decode = hf_total = hf_decode = float("inf")
-    same = True
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        tokens, times = timed_greedy_generate(model, prompt, args.output, sync)
-        ours_total = min(ours_total, time.perf_counter() - start)
-        ours_decode = min(ours_decode, sum(times.decode_step_s))
-        total, theirs = hf_seconds(hf, prompt, args.output)
-        first, _ = hf_seconds(hf, prompt, 1)
-        hf_total, hf_decode = min(hf_total, total), min(hf_decode, total - first)
-        same = same and torch.equal(tokens, theirs)
-    steps = batch * (args.output - 1)
-    moved_gb = decode_bytes(family, cfg, batch, args.input, args.output, elem_bytes) / 1e9
-    rows = [("ours", ours_total, ours_decode), ("transformers", hf_total, hf_decode)]
-    print(f"batch {batch}, input {args.input}, output {args.output} (greedy tokens equal: {same})")
-    for name, total, decode in rows:
-        gbps = moved_gb / decode
-        print(f"  {name:<13} {batch * args.output / total:8.1f} tokens/s end to end, {steps / decode:8.1f} decode "
-              f"tokens/s, decode {gbps:6.1f} GB/s = MBU {100 * gbps / bandwidth:5.1f} % of measured")
-    print(f"  ratio ours/transformers: {hf_total / ours_total:.2f}x end to end, {hf_decode / ours_decode:.2f}x decode")
+    prompt = torch.randint(0, cfg.vocab_size, (batch, args.input), generator=torch.Generator().manual_seed(batch))
+    sides = {"ours": lambda stamp: greedy_generate(model, prompt, args.output, on_step=stamp),
+             "transformers": lambda stamp: hf_run(hf, prompt, args.output, stamp)}
+    prefill: dict[str, list[float]] = {name: [] for name in sides}
+    steps: dict[str, list[float]] = {name: [] for name in sides}
+    outputs = {}
+    for _ in range(args.repeats):  # alternating, so that load on the machine hits both
+        for name, run in sides.items():
+            outputs[name], first, gaps = token_times(run)
+            prefill[name].append(first)
+            steps[name] += gaps
+    step_gb = mean_step_bytes(family, cfg, batch, args.input, args.output, elem_bytes) / 1e9
+    print(f"batch {batch}, input {args.input}, output {args.output}, {args.repeats} runs each "
+          f"(greedy tokens equal: {torch.equal(outputs['ours'], outputs['transformers'])})")
+    tpot = {name: statistics.median(times) for name, times in steps.items()}
+    for name in sides:
+        gbps = step_gb / tpot[name]
+        print(f"  {name:<13} TTFT {min(prefill[name]):6.2f} s, TPOT {1e3 * tpot[name]:7.1f} ms (median), "
+              f"{batch / tpot[name]:7.1f} decode tokens/s, {gbps:5.1f} GB/s = MBU {100 * gbps / bandwidth:5.1f} % "
+              "of measured")
+    print(f"  ratio ours/transformers: {tpot['transformers'] / tpot['ours']:.2f}x decode tokens/s, "
+          f"{min(prefill['transformers']) / min(prefill['ours']):.2f}x prefill")
 
 
 def main() -> int:
@@ -95,8 +115,8 @@ def main() -> int:
           f"{torch.get_num_threads()} threads; measured bandwidth {bandwidth.gbps:.1f} GB/s ({bandwidth.best_kernel})")
     print(f"  weights a decode step reads: {family.decode_weight_count(cfg, 1) / 1e6:.0f} M")
     with torch.inference_mode():
-        timed_greedy_generate(model, torch.zeros(1, 8, dtype=torch.long), 4, adapter.synchronize)  # warm-up
-        hf_seconds(hf, torch.zeros(1, 8, dtype=torch.long), 4)
+        greedy_generate(model, torch.zeros(1, 8, dtype=torch.long), 4)  # warm-up
+        hf_generate(hf, torch.zeros(1, 8, dtype=torch.long), 4)
     for batch in args.batch:
         run_batch(family, cfg, model, hf, args, batch, dtype.itemsize, bandwidth.gbps)
     return 0

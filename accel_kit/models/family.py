@@ -326,6 +326,11 @@ class Family(ABC):
     # valid prefix; only the last position's logits are computed (``accel_kit.models.kv_cache``).
     supports_kv_cache: ClassVar[bool] = False
 
+    def context_length(self, cfg: Any) -> int:
+        """The positions the model is built for (prompt plus new tokens may not exceed it): ``cfg.seq_len``
+        in our families' configs."""
+        return cfg.seq_len
+
     def new_kv_cache(self, cfg: Any, batch: int, max_len: int, *, dtype: torch.dtype, device: Any) -> Any:
         """A zeroed ``KVCache`` for ``batch`` sequences of up to ``max_len`` positions (prompt plus new tokens)."""
         from accel_kit.models.kv_cache import KVCache

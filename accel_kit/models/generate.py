@@ -66,6 +66,9 @@ def greedy_generate(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: 
     B, T = prompt_ids.shape
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if T + max_new_tokens > family.context_length(model.cfg):
+        raise ValueError(f"{T} prompt and {max_new_tokens} new tokens are beyond the model's context "
+                         f"{family.context_length(model.cfg)}")
     vocab = family.shape(model.cfg).vocab_size
     dtype = next(model.parameters()).dtype
     cache = family.new_kv_cache(model.cfg, B, T + max_new_tokens, dtype=dtype, device=prompt_ids.device)
