@@ -37,7 +37,8 @@ def test_bad_input_is_one_line(capsys):
     err = fail_one_line(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "output_lens", "[250]"],
                         capsys)
     assert "output_lens" in err and "exceed the 256 positions of gpt2-debug" in err
-    err = fail_one_line(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "presets", "[nope]"], capsys)
+    err = fail_one_line(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "presets", "[nope]"],
+                        capsys)
     assert "unknown model preset 'nope'" in err
 
 

@@ -335,7 +335,7 @@ def test_page_sections_tables_and_figures_in_the_papers_order(machines, tmp_path
     text = rep.path.read_text()
     manifest = json.loads(text.split('id="report-manifest">', 1)[1].split("</script>", 1)[0])
     assert manifest["sections"] == ["systems", "findings", "models", "table-2", "table-3", "table-4", "figure-3", "figure-4",
-                                    "figure-5", "figure-6", "figure-7", "figure-8", "what-if"]
+                                    "figure-5", "figure-6", "figure-7", "figure-8", "inference", "what-if"]
     assert sorted(manifest["tables"]) == sorted(TABLES) and sorted(manifest["figures"]) == sorted(FIGURES)
     assert list(rep.rendered) == manifest["sections"]
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 import time
 from typing import Any, ClassVar, Literal
 
@@ -138,7 +139,7 @@ class GenerateMeasurement(KindMeasurement):
             self.tokens = greedy_generate(self.model, self.prompts, p.output_len, stopwatch=watch)
             self.watches.append(watch)  # warm-up's first, then the trials'
 
-        return Window(generate, warmup=p.warmup, trials=p.trials, noisy_cv=0.2)
+        return Window(generate, warmup=p.warmup, trials=p.trials)
 
     def after_window(self, timing: Timing) -> None:
         self.window_mem = self.ctx.adapter.peak_memory_bytes()  # before the reference allocates anything
@@ -151,7 +152,7 @@ class GenerateMeasurement(KindMeasurement):
         ttft = [w.times_s[0] for w in trials]
         decode_s = [sum(w.times_s[1:]) for w in trials]
         steps = [s for w in trials for s in w.times_s[1:]]
-        ttft_s = _median(ttft)
+        ttft_s = statistics.median(ttft)
         prefill_tflops = F.tflops(self.prefill_flops, ttft_s)
         out: dict[str, Any] = {"ttft_s": ttft_s, "prefill_tokens_per_s": p.batch_size * p.input_len / ttft_s,
                                "prefill_tflops_per_device": prefill_tflops, **percentiles(ttft, "ttft")}
@@ -170,12 +171,6 @@ class GenerateMeasurement(KindMeasurement):
                 + f"{metrics['output_tokens_per_s']:.0f} output tok/s")
 
 
-def _median(values: list[float]) -> float:
-    import statistics
-
-    return statistics.median(values)
-
-
 def _decode_metrics(p: GeneratePoint, decode_s: list[float], steps: list[float], decode_bytes: int,
                     device_model: str | None) -> dict:
     """Decode tokens/s, TPOT percentiles and MBU both ways; nulls with a reason where one token leaves no decode."""
@@ -184,7 +179,7 @@ def _decode_metrics(p: GeneratePoint, decode_s: list[float], steps: list[float],
         return {"decode_tokens_per_s": None, "decode_tokens_per_s_trials": None, "tpot_s": None,
                 **percentiles([], "tpot"), "decode_gbps": None, "mbu_reason": reason, "mbu_measured_reason": reason}
     rates = [p.batch_size * (p.output_len - 1) / s for s in decode_s]
-    median_s = _median(decode_s)
+    median_s = statistics.median(decode_s)
     gbps = decode_bytes / median_s / 1e9
     return {"decode_tokens_per_s": p.batch_size * (p.output_len - 1) / median_s, "decode_tokens_per_s_trials": rates,
             "tpot_s": median_s / (p.output_len - 1), **percentiles(steps, "tpot"), "decode_gbps": gbps,
@@ -212,8 +207,10 @@ def hf_reference(family, model, prompts: torch.Tensor, ours: torch.Tensor, p: Ge
     decode = [t - first for t, first in zip(total, (r[1] for r in runs))]
     theirs = runs[-1][0][1]
     rates = [p.batch_size * (p.output_len - 1) / s for s in decode if s > 0] if p.output_len > 1 else []
-    return {"hf_ttft_s": _median([r[1] for r in runs]), "hf_output_tokens_per_s": p.batch_size * p.output_len / _median(total),
-            "hf_decode_tokens_per_s": _median(rates) if rates else None, "hf_decode_tokens_per_s_trials": rates or None,
+    return {"hf_ttft_s": statistics.median(r[1] for r in runs),
+            "hf_output_tokens_per_s": p.batch_size * p.output_len / statistics.median(total),
+            "hf_decode_tokens_per_s": statistics.median(rates) if rates else None,
+            "hf_decode_tokens_per_s_trials": rates or None,
             "hf_tokens_equal": bool(torch.equal(ours.cpu(), theirs.cpu()))}
 
 

@@ -182,7 +182,8 @@ def findings(df: pd.DataFrame) -> list[dict]:
             verdict = noise.ratio_text(_measured(hi, "decode_tokens_per_s"), _measured(lo, "decode_tokens_per_s"))
             out.append({"text": f"{where}: decode at batch {int(hi['batch_size'])} gives {verdict} the tokens/s of "
                                 f"batch {int(lo['batch_size'])}", "record_ids": [lo["record_id"], hi["record_id"]]})
-        for _, row in g[g.get("hf_decode_tokens_per_s", pd.Series(dtype=float)).notna()].iterrows():
+        timed = g[g["hf_decode_tokens_per_s"].notna()] if "hf_decode_tokens_per_s" in g.columns else g.iloc[0:0]
+        for _, row in timed.iterrows():
             verdict = noise.ratio_text(_measured(row, "decode_tokens_per_s"), _measured(row, "hf_decode_tokens_per_s"))
             same = "equal" if row.get("hf_tokens_equal") is True else "NOT equal"
             out.append({"text": f"{where}, batch {int(row['batch_size'])}: our decode gives {verdict} transformers' "
