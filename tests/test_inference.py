@@ -9,9 +9,9 @@ from accel_kit import cli, metrics, results
 @pytest.mark.slow  # about 20 s on 2 busy cores: the bandwidth, the fork server with transformers, the reference
 def test_a_smoke_run_through_the_cli_gives_ok_records_with_percentiles_mfu_and_mbu(out_dir):
     # one preset of the smoke profile (the notebook's nbval run covers both): two points, the first with the
-    # transformers reference
+    # transformers reference (which the smoke profile leaves off)
     assert cli.main(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "presets", "[llama3-debug]",
-                     "--output-dir", str(out_dir), "-q"]) == 0
+                     "-p", "hf_reference", "true", "--output-dir", str(out_dir), "-q"]) == 0
     recs = list(results.iter_records(out_dir / "inference" / "cpu.jsonl"))
     assert [(r["status"], r["kind"], r["params"]["batch_size"]) for r in recs] == [("ok", "generate", 1),
                                                                                   ("ok", "generate", 2)]

@@ -40,6 +40,8 @@ class Params(StudyParams):
     hf_reference: bool = True  # transformers' generate timed beside ours, at each preset's first point
     measure_peak: bool = True  # the matmul peak per precision, for the prefill's measured MFU
     measure_bandwidth: bool = True  # the memory bandwidth, for the decode's measured MBU
+    # arrays the bandwidth's copy and triad run over, each past every last-level cache (an H200's L2: 60 MB)
+    bandwidth_mib: list[PositiveInt] = Field(default=[512], min_length=1)
     time_budget_s: float | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=1800, gt=0)
     memory_limit_gib: float | None = Field(default=None, gt=0)
@@ -101,7 +103,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     from accel_kit.engine.sweep import BandwidthReference, PeakReference, run_sweep
     from accel_kit.models import family_of, get_config
 
-    measured = BandwidthReference(system.id, enabled=params.measure_bandwidth).get()
+    measured = BandwidthReference(system.id, sizes_mib=params.bandwidth_mib, enabled=params.measure_bandwidth).get()
     todo = offline_points(params, system, measured.to_dict() if measured else None) + serve_points(params, system)
     cfg = get_config(params.presets[0])
     shapes = family_of(cfg).gemm_shapes(cfg, max(params.batch_sizes) * min(params.input_lens))
