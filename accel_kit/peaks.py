@@ -52,7 +52,8 @@ DATASHEET: tuple[DatasheetPeak, ...] = (
         {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
         "NVIDIA A100 Tensor Core GPU datasheet (2021), dense figures (the starred ones are 2:4 sparse)",
         sparse_tflops={"tf32": 312.0, "fp16": 624.0, "bf16": 624.0},
-        memory_gbps=((r"80\s?GB.*PCIe|PCIe.*80\s?GB", 1935.0, "NVIDIA A100 datasheet (2021), 80GB PCIe: 1,935 GB/s HBM2e"),
+        memory_gbps=((r"80\s?GB.*PCIe|PCIe.*80\s?GB", 1935.0,
+                      "NVIDIA A100 datasheet (2021), 80GB PCIe: 1,935 GB/s HBM2e"),
                      (r"80\s?GB", 2039.0, "NVIDIA A100 datasheet (2021), 80GB SXM: 2,039 GB/s HBM2e"),
                      (r"40\s?GB", 1555.0, "NVIDIA A100 datasheet (2021), 40GB: 1,555 GB/s HBM2")),
     ),
@@ -316,7 +317,8 @@ def datasheet_bandwidth_gbps(device_model: str) -> tuple[float | None, str]:
             return gbps, source
     if entry.memory_gbps:
         variants = ", ".join(f"{g:g} GB/s ({s})" for _, g, s in entry.memory_gbps)
-        return None, f"{entry.device}'s bandwidth depends on its memory, which {device_model!r} does not say: {variants}"
+        return None, (f"{entry.device}'s bandwidth depends on its memory, which {device_model!r} does not say: "
+                      f"{variants}")
     return None, f"datasheet for {entry.device} gives no memory bandwidth"
 
 

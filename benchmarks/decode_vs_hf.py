@@ -5,8 +5,8 @@ Both sides hold the same weights (``Family.to_hf``), in the CPU's native precisi
 cache_implementation="static")``, eager as ``generate`` leaves it off CUDA. Llama 3.2 1B's shape
 (width 2048, 32 heads, 8 KV heads, FFN 8192, vocabulary 128256, tied) with ``--layers`` of its 16
 layers, so that a 2-core CPU runs it in minutes: the output projection, read whole every step, is then
-a larger share of the bytes than in the full model. The sides alternate ``--repeats`` times, so that
-other load on the machine hits both.
+a larger share of the bytes than in the full model. Each side first generates 2 tokens untimed at each
+batch's shapes; then the sides alternate ``--repeats`` times, so that other load on the machine hits both.
 
 Each side is timed the same way, by the time each new token is ready: ours by ``greedy_generate``'s
 ``on_step``, transformers' by a forward hook on its model (one forward per token). Printed per batch:
@@ -20,7 +20,6 @@ steps. Target: ours >= 1.0x decode tokens/s.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
@@ -73,6 +72,9 @@ def run_batch(family, cfg, model, hf, args, batch: int, elem_bytes: int, bandwid
     prefill: dict[str, list[float]] = {name: [] for name in sides}
     steps: dict[str, list[float]] = {name: [] for name in sides}
     outputs = {}
+    with torch.inference_mode():  # warm-up at this batch's shapes (allocator growth, kernels' first calls), untimed
+        greedy_generate(model, prompt, 2)
+        hf_generate(hf, prompt, 2)
     for _ in range(args.repeats):  # alternating, so that load on the machine hits both
         for name, run in sides.items():
             outputs[name], first, gaps = token_times(run)
@@ -114,9 +116,6 @@ def main() -> int:
     print(f"{args.preset} with {args.layers} of its layers, {choice.precision} ({choice.reason or 'as asked'}), "
           f"{torch.get_num_threads()} threads; measured bandwidth {bandwidth.gbps:.1f} GB/s ({bandwidth.best_kernel})")
     print(f"  weights a decode step reads: {family.decode_weight_count(cfg, 1) / 1e6:.0f} M")
-    with torch.inference_mode():
-        greedy_generate(model, torch.zeros(1, 8, dtype=torch.long), 4)  # warm-up
-        hf_generate(hf, torch.zeros(1, 8, dtype=torch.long), 4)
     for batch in args.batch:
         run_batch(family, cfg, model, hf, args, batch, dtype.itemsize, bandwidth.gbps)
     return 0

@@ -6,6 +6,8 @@ FLOP and byte counts are checked against hand counts for GPT-2 XL and Llama 3.1 
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -16,8 +18,10 @@ PRESETS = ("gpt2-debug", "llama3-debug")
 PROMPT_LEN, NEW_TOKENS = 8, 16
 
 
+@functools.cache
 def _model(preset: str):
-    """A tiny model in fp32 with weights wide enough (std 0.3) that greedy tokens vary from step to step:
+    """(family, cfg, model, prompt), built once per preset (the tests only read the model): a tiny model in fp32
+    with weights wide enough (std 0.3) that greedy tokens vary from step to step:
     the families' 0.02 init makes a random model repeat one token, which would check little."""
     torch.manual_seed(0)
     family, cfg = family_of(preset), get_config(preset)
@@ -29,14 +33,18 @@ def _model(preset: str):
     return family, cfg, model, prompt
 
 
+@functools.cache
+def _hf(preset: str):
+    return family_of(preset).to_hf(_model(preset)[2]).eval()
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("cache", [None, "static"])
 def test_greedy_tokens_equal_transformers(preset, cache):
     family, cfg, model, prompt = _model(preset)
     ours = greedy_generate(model, prompt, NEW_TOKENS)
-    hf = family.to_hf(model).eval()
-    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, do_sample=False,
-                         use_cache=True, cache_implementation=cache, pad_token_id=0)
+    theirs = _hf(preset).generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                                  do_sample=False, use_cache=True, cache_implementation=cache, pad_token_id=0)
     assert ours.shape == (2, PROMPT_LEN + NEW_TOKENS)
     assert len(set(ours[:, PROMPT_LEN:].flatten().tolist())) > 3  # the check is not of one repeated token
     assert torch.equal(ours, theirs)
@@ -79,8 +87,9 @@ def test_generation_past_the_context_is_refused():
 
 def test_the_training_forward_keeps_no_cache():
     # the cache is an argument of forward_cached alone: the training forward and its autograd are untouched
-    _, _, model, prompt = _model("llama3-debug")
-    logits, _ = model.train()(prompt)
+    family, cfg = family_of("llama3-debug"), get_config("llama3-debug")
+    model = family.build(cfg).train()
+    logits, _ = model(torch.randint(0, cfg.vocab_size, (2, 8)))
     logits.sum().backward()
     assert all(p.grad is not None for p in model.parameters())
 

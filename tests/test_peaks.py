@@ -184,8 +184,15 @@ def test_measure_memory_bandwidth_cpu():
     assert peaks.MeasuredBandwidth(**measured.to_dict()) == measured
 
 
-def test_bandwidth_point_runs_as_a_kind():
-    from accel_kit.engine import kinds
+def test_bandwidth_point_runs_as_a_kind(tmp_path):
+    import json
+
+    from accel_kit.engine import kinds, worker
     from accel_kit.engine.point import BandwidthPoint
 
     assert kinds.spec("bandwidth").point_cls is BandwidthPoint
+    point = tmp_path / "point.json"
+    point.write_text(json.dumps({"kind": "bandwidth", "system": "cpu", "precision": "fp32", "sizes_mib": [4]}))
+    assert worker.main(["--point", str(point), "--out", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "ok" and peaks.MeasuredBandwidth(**result["payload"]).gbps > 0

@@ -210,19 +210,18 @@ class BandwidthReference:
     measured once per run on first use and kept, as ``PeakReference`` keeps the matmul peak; an inference
     study reads its decode's MBU against it (``accel_kit.peaks.mbu_metrics``)."""
 
-    def __init__(self, system: str, precision: str = "fp32", *, sizes_mib: Sequence[int] | None = None,
+    def __init__(self, system: str, precision: str = "fp32", *, sizes_mib: tuple[int, ...] = peaks.BANDWIDTH_ARRAY_MIB,
                  timeout_s: float = 600, enabled: bool = True):
         self.system, self.precision, self.timeout_s, self.enabled = system, precision, timeout_s, enabled
-        self.sizes_mib = list(sizes_mib) if sizes_mib else None  # None: the kind's default arrays
+        self.sizes_mib = sizes_mib
         self.best: peaks.MeasuredBandwidth | None = None
         self._measured = False
 
     def measure(self) -> peaks.MeasuredBandwidth | None:
         from accel_kit.engine.point import BandwidthPoint
 
-        sizes = {"sizes_mib": self.sizes_mib} if self.sizes_mib else {}
-        result = run_worker(BandwidthPoint(system=self.system, precision=self.precision, **sizes),
-                            timeout_s=self.timeout_s)
+        point = BandwidthPoint(system=self.system, precision=self.precision, sizes_mib=list(self.sizes_mib))
+        result = run_worker(point, timeout_s=self.timeout_s)
         return peaks.MeasuredBandwidth(**result.payload) if result.status == "ok" and result.payload else None
 
     def get(self) -> peaks.MeasuredBandwidth | None:

@@ -327,9 +327,8 @@ class Family(ABC):
     supports_kv_cache: ClassVar[bool] = False
 
     def context_length(self, cfg: Any) -> int:
-        """The positions the model is built for (prompt plus new tokens may not exceed it): ``cfg.seq_len``
-        in our families' configs."""
-        return cfg.seq_len
+        """The positions the model is built for: a generation's prompt plus new tokens may not exceed it."""
+        raise NotImplementedError(f"the {self.name} family does not say its context length")
 
     def new_kv_cache(self, cfg: Any, batch: int, max_len: int, *, dtype: torch.dtype, device: Any) -> Any:
         """A zeroed ``KVCache`` for ``batch`` sequences of up to ``max_len`` positions (prompt plus new tokens)."""
@@ -358,7 +357,8 @@ class Family(ABC):
         ``generate``, ``logits_to_keep=1``) computes it."""
         s = self.shape(cfg)
         layer = self.layer_flop_terms(cfg, prompt_len)
-        return batch * (prompt_len * s.n_layers * (layer.matmul + layer.attention) + 2 * s.hidden_size * s.vocab_size_model)
+        per_prompt_token = s.n_layers * (layer.matmul + layer.attention)
+        return batch * (prompt_len * per_prompt_token + 2 * s.hidden_size * s.vocab_size_model)
 
     def decode_step_flops(self, cfg: Any, batch: int, cache_len: int) -> int:
         """Forward FLOPs of one decode step of ``batch`` sequences attending over ``cache_len`` cached positions
@@ -390,7 +390,8 @@ class Family(ABC):
         (``kv_cache_bytes``), each read once by the attention. Activations (B x h per layer) and the logits
         (B x V) are left out: under 0.1 % of the weights at batch 1; they grow with the batch (a few % at batch
         64 for Llama 3.1 8B's shape), so at a large batch the MBU read from these bytes is a lower bound."""
-        return self.decode_weight_count(cfg, batch) * weight_bytes + self.kv_cache_bytes(cfg, batch, cache_len, kv_bytes)
+        weights = self.decode_weight_count(cfg, batch) * weight_bytes
+        return weights + self.kv_cache_bytes(cfg, batch, cache_len, kv_bytes)
 
     # --- structure
 

@@ -59,11 +59,12 @@ class Params(StudyParams):
     @classmethod
     def _fits_positions(cls, value: list[int], info: ValidationInfo) -> list[int]:
         """An output longer than the model's positions is bad input, said before any point runs."""
-        from accel_kit.models import get_config
+        from accel_kit.models import family_of, get_config
 
         inputs = info.data.get("input_lens") or []
         for preset in info.data.get("presets") or []:
-            positions = get_config(preset).seq_len
+            cfg = get_config(preset)
+            positions = family_of(cfg).context_length(cfg)
             if inputs and max(inputs) + max(value) > positions:
                 raise ValueError(f"input {max(inputs)} + output {max(value)} tokens exceed the {positions} positions "
                                  f"of {preset}")
@@ -103,7 +104,8 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     from accel_kit.engine.sweep import BandwidthReference, PeakReference, run_sweep
     from accel_kit.models import family_of, get_config
 
-    measured = BandwidthReference(system.id, sizes_mib=params.bandwidth_mib, enabled=params.measure_bandwidth).get()
+    measured = BandwidthReference(system.id, sizes_mib=tuple(params.bandwidth_mib),
+                                  enabled=params.measure_bandwidth).get()
     todo = offline_points(params, system, measured.to_dict() if measured else None) + serve_points(params, system)
     cfg = get_config(params.presets[0])
     shapes = family_of(cfg).gemm_shapes(cfg, max(params.batch_sizes) * min(params.input_lens))

@@ -35,6 +35,9 @@ class GPT2(Family):
 
         return GPT2Block(self.hf_config(cfg), layer_idx=0)
 
+    def context_length(self, cfg: GPTConfig) -> int:
+        return cfg.seq_len  # the learned position table's rows
+
     def shape(self, cfg: GPTConfig) -> ModelShape:
         # Multi-head attention: as many key/value heads as query heads.
         return ModelShape("gpt2", cfg.n_layers, cfg.hidden_size, cfg.n_heads, cfg.n_heads,

@@ -124,6 +124,9 @@ class TransformersCausalLM(Family):
 
     # --- shape and work
 
+    def context_length(self, cfg: HFConfig) -> int:
+        return cfg.max_positions  # the config's positions; seq_len is the point's sequence
+
     def shape(self, cfg: HFConfig) -> ModelShape:
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
                           n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,

@@ -54,6 +54,9 @@ class Llama3(Family):
         scaling = data.get("rope_scaling")
         return LlamaConfig(**(data | {"rope_scaling": RopeScaling(**scaling) if scaling else None}))
 
+    def context_length(self, cfg: LlamaConfig) -> int:
+        return cfg.seq_len  # the RoPE tables' positions
+
     def shape(self, cfg: LlamaConfig) -> ModelShape:
         return ModelShape(family=self.name, n_layers=cfg.n_layers, hidden_size=cfg.hidden_size, n_heads=cfg.n_heads,
                           n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, ffn_hidden_size=cfg.ffn_hidden_size,

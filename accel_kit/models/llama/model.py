@@ -126,7 +126,8 @@ class LlamaAttention(nn.Module):
         qk, v = self.qkv_proj(x).split([(nh + nkv) * hd, nkv * hd], dim=-1)
         cos, sin = self.rope_cos[start:start + T].to(x.dtype), self.rope_sin[start:start + T].to(x.dtype)
         q, k = apply_rope(qk.unflatten(-1, (nh + nkv, hd)), cos, sin).split([nh, nkv], dim=2)  # (B, T, heads, hd)
-        k, v = cache.write(start, k.transpose(1, 2), v.unflatten(-1, (nkv, hd)).transpose(1, 2))  # (B, nkv, start+T, hd)
+        # the valid prefix, (B, nkv, start + T, hd) each
+        k, v = cache.write(start, k.transpose(1, 2), v.unflatten(-1, (nkv, hd)).transpose(1, 2))
         y = cached_attention(q.transpose(1, 2), k, v, start)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
