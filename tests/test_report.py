@@ -52,14 +52,17 @@ RUNS = {
     "genslm": dict(presets=["genslm-debug"], seq_lens=[64], quality_preset="genslm-debug", quality_steps=20,
                    synthetic_records=8, tokenizer="codon-71", precision="fp32", micro_batch_size=1, steps=2,
                    warmup_steps=1, lr=0.001, measure_peak=False, timeout_s=180),
+    "inference": dict(presets=["llama3-debug"], precision="fp32", batch_sizes=[1, 2], input_lens=[8], output_lens=[4],
+                      trials=2, hf_reference=False, measure_peak=False, measure_bandwidth=False, timeout_s=180),
 }
 # The twin: three studies, one device and the length that fits (its other points read "not run").
 TWIN_RUNS = {"microbenchmark": RUNS["microbenchmark"], "scaling": dict(TRAIN, device_counts=[1]),
              "seq_length": dict(NO_SEQ, seq_lens=[16])}
 TABLES = ["systems-table", "models-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
-          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "what-if-errors", "records-table"]
+          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "inference-data", "what-if-errors",
+          "records-table"]
 FIGURES = ["figure-3-plot", "figure-4-plot", "figure-5-plot", "figure-6-plot", "figure-7-plot", "figure-8-plot",
-           "figure-8-gap", "what-if-plot"]
+           "figure-8-gap", "inference-plot", "what-if-plot"]
 
 
 def _twin_root(path: Path) -> Path:
@@ -332,7 +335,7 @@ def test_page_sections_tables_and_figures_in_the_papers_order(machines, tmp_path
     text = rep.path.read_text()
     manifest = json.loads(text.split('id="report-manifest">', 1)[1].split("</script>", 1)[0])
     assert manifest["sections"] == ["systems", "findings", "models", "table-2", "table-3", "table-4", "figure-3", "figure-4",
-                                    "figure-5", "figure-6", "figure-7", "figure-8", "what-if"]
+                                    "figure-5", "figure-6", "figure-7", "figure-8", "inference", "what-if"]
     assert sorted(manifest["tables"]) == sorted(TABLES) and sorted(manifest["figures"]) == sorted(FIGURES)
     assert list(rep.rendered) == manifest["sections"]
 

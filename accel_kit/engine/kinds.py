@@ -35,6 +35,7 @@ KIND_MODULES: dict[str, str] = {
     "block": "accel_kit.engine.block_measure",
     "peak": "accel_kit.engine.peak_measure",
     "bandwidth": "accel_kit.engine.peak_measure",
+    "generate": "accel_kit.engine.generate_measure",
 }
 
 

@@ -97,7 +97,7 @@ def key_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 # Resolved per run, not part of what a point *is*: moving outputs/ (data_path), a new peak
 # measurement or another time budget must not make a recorded point run again.
-NOT_IN_KEY = {"data_path", "peak", "time_budget_s", "precision_reason",
+NOT_IN_KEY = {"data_path", "peak", "bandwidth", "time_budget_s", "precision_reason",
               # the adapter's layout: a function of the system (in the key) and its options
               "processes", "replicas", "steps_per_call"}
 

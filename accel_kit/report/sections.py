@@ -4,8 +4,8 @@
 The sections live by concern: the framework (``Context``, ``Section``) in
 ``accel_kit.report.context``, pivots in ``pivot``, the cell helpers in ``cells``, the Systems
 section in ``systems_section``, Tables II-IV in ``tables``, Figures 3-8 in ``figures`` and the
-what-if section in ``what_if``. ``SECTIONS`` is the page's order: a new section is one more
-function appended there.
+what-if section in ``what_if``, offline generation in ``inference_section``. ``SECTIONS`` is the
+page's order: a new section is one more function appended there.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable
 from accel_kit.report.context import Context, Section
 from accel_kit.report.figures import (figure_3_forward, figure_4_backward, figure_5_scaling, figure_6_gas,
                                       figure_7_sparsity_throughput, figure_8_sparsity_loss)
+from accel_kit.report.inference_section import inference_section
 from accel_kit.report.models_section import models_section
 from accel_kit.report.systems_section import systems_section
 from accel_kit.report.tables import table_ii_scaling, table_iii_seq_length, table_iv_genslm
@@ -32,5 +33,6 @@ SECTIONS: list[Callable[[Context], Section]] = [
     figure_6_gas,
     figure_7_sparsity_throughput,
     figure_8_sparsity_loss,
+    inference_section,
     what_if_held_out,
 ]

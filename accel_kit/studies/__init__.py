@@ -35,6 +35,7 @@ STUDIES: dict[str, str] = {
     "gas": "accel_kit.studies.gas",
     "sparsity": "accel_kit.studies.sparsity",
     "genslm": "accel_kit.studies.genslm",
+    "inference": "accel_kit.studies.inference",
 }
 
 

@@ -1,0 +1,254 @@
+"""The offline-generation kind (``generate``): a batch of prompts prefilled, then decoded greedily, each step timed.
+
+One iteration of the shared measurement path (``accel_kit.engine.measurement``) is one whole greedy generation
+(``accel_kit.models.generate.greedy_generate``, a static KV cache allocated for input plus output): its
+``Stopwatch`` (the one clock, ``accel_kit.timing``) times the prefill (the first new token included: TTFT)
+and every decode step (TPOT) as regions of their own. From the trials:
+
+- prefill tokens/s (batch x input over TTFT) and its TFLOP/s (``Family.prefill_flops``), whose MFU the
+  shared path reads against the datasheet and the measured matmul peak, as a training step's;
+- decode tokens/s (batch x decode steps over their time) and TPOT's p50/p90/p99 over every decode step
+  of every trial; the bytes the steps read (``Family.decode_step_bytes``: weights once per step, the KV
+  cache at each step's length) over their time is the decode's GB/s, whose MBU is read against the
+  datasheet bandwidth and the run's measured one (``accel_kit.peaks.mbu_metrics``);
+- the peak memory of the window (weights, KV cache, activations), and energy per output token where the
+  device has a counter (the meter spans the trials).
+
+Where the point asks (``hf_reference``), transformers' ``generate`` (static cache, greedy) from the same
+weights is timed after the window, outside the energy meter and the peak memory read: its decode tokens/s
+beside ours, and whether its greedy tokens equal ours.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import PositiveInt
+
+from accel_kit import flops as F
+from accel_kit import peaks
+from accel_kit.engine import measurement
+from accel_kit.engine.kinds import adapter_check, register_kind
+from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
+from accel_kit.engine.point import NOT_IN_KEY, Frontier, Point
+from accel_kit.engine.result import Result
+from accel_kit.metrics import Metric
+from accel_kit.timing import Stopwatch, Timing
+
+KIND = "generate"
+PERCENTILES = (50, 90, 99)
+
+
+class GeneratePoint(Point):
+    """One offline-generation point: ``batch_size`` prompts of ``input_len`` tokens, ``output_len`` generated."""
+
+    kind: Literal["generate"] = KIND
+    ENERGY_WORK: ClassVar[str | None] = "tokens"  # tokens_per_j counts output tokens
+    RATE_METRIC: ClassVar[str | None] = "prefill_tflops_per_device"  # the MFU's numerator: the prefill's
+    preset: str
+    batch_size: PositiveInt
+    input_len: PositiveInt
+    output_len: PositiveInt
+    warmup: int = 1
+    trials: PositiveInt = 3
+    seed: int = 0
+    hf_reference: bool = False  # time transformers' generate from the same weights after the window
+    bandwidth: dict[str, Any] | None = None  # the run's measured memory bandwidth (peaks.MeasuredBandwidth)
+
+    def label(self) -> str:
+        return f"{self.preset} {self.precision}, batch {self.batch_size}, in {self.input_len}, out {self.output_len}"
+
+    def frontier(self) -> Frontier:
+        """Longer prompts of the same configuration are skipped once one runs out of memory."""
+        fields = self.model_dump(exclude=NOT_IN_KEY | {"input_len"})
+        return Frontier(hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16], "input_len",
+                        self.input_len)
+
+    def preload_modules(self) -> tuple[str, ...]:
+        return ("transformers",) if self.hf_reference else ()
+
+    def record_params(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"peak", "bandwidth", "system"})  # the measured figures go to the metrics
+
+
+def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
+    """``{prefix}_p50_s`` ... of ``values`` (linear interpolation, numpy's default); None without values."""
+    import numpy as np
+
+    return {f"{prefix}_p{q}_s": (float(np.percentile(values, q)) if values else None) for q in PERCENTILES}
+
+
+class GenerateMeasurement(KindMeasurement):
+    """Timed greedy generations of one batch; the prefill and each decode step read from each trial's Stopwatch."""
+
+    work = "tokens"
+
+    def __init__(self, point: GeneratePoint, ctx: Context):
+        from accel_kit.models import family_of, get_config
+        from accel_kit.precision import dtype_of
+
+        super().__init__(point, ctx)
+        self.dtype = dtype_of(point.precision)
+        self.total_len = point.input_len + point.output_len
+        self.cfg = get_config(point.preset, seq_len=self.total_len)  # position tables for input plus output
+        self.family = family_of(self.cfg)
+        b, t, n, e = point.batch_size, point.input_len, point.output_len, self.dtype.itemsize
+        self.prefill_flops = self.family.prefill_flops(self.cfg, b, t)
+        # decode step i (1 .. n-1) feeds token t + i - 1 and attends over t + i positions
+        lengths = range(t + 1, t + n)
+        self.decode_flops = sum(self.family.decode_step_flops(self.cfg, b, c) for c in lengths)
+        self.decode_bytes = sum(self.family.decode_step_bytes(self.cfg, b, c, weight_bytes=e, kv_bytes=e)
+                                for c in lengths)
+        self.kv_cache_bytes = self.family.kv_cache_bytes(self.cfg, b, self.total_len, e)
+        shape = self.family.shape(self.cfg).record()
+        self.base = {"prefill_flops": self.prefill_flops, "decode_flops": self.decode_flops,
+                     "decode_bytes": self.decode_bytes, "kv_cache_gib": self.kv_cache_bytes / GiB,
+                     **{k: shape[k] for k in ("family", "n_layers", "hidden_size", "n_heads", "n_kv_heads")}}
+        self.out["model"] = point.preset
+        self.watches: list[Stopwatch] = []
+        self.hf: dict[str, Any] = {}
+
+    def fit(self) -> Result | None:
+        """The weights a step reads and the KV cache must fit the device (a lower bound: no activations)."""
+        need = self.family.decode_weight_count(self.cfg, 1) * self.dtype.itemsize + self.kv_cache_bytes
+        device_bytes = self.ctx.adapter.total_memory_bytes()
+        if device_bytes is not None and need > 0.9 * device_bytes:
+            return self.result("unsupported", f"does not fit: weights and KV cache need at least {need / GiB:.1f} GiB, "
+                                              f"device has {device_bytes / GiB:.1f} GiB", mem_estimate_gib=need / GiB)
+        return None
+
+    def total_flops(self) -> float:
+        return (self.prefill_flops + self.decode_flops) * (self.point.warmup + self.point.trials)
+
+    def setup(self) -> Window:
+        from accel_kit.models.generate import greedy_generate
+
+        p, device = self.point, self.ctx.device
+        torch.manual_seed(p.seed)
+        self.model = self.family.build(self.cfg).to(device=device, dtype=self.dtype).eval()
+        gen = torch.Generator().manual_seed(p.seed)
+        vocab = self.family.shape(self.cfg).vocab_size
+        self.prompts = torch.randint(0, vocab, (p.batch_size, p.input_len), generator=gen).to(device)
+
+        def generate() -> None:
+            watch = Stopwatch(self.ctx.adapter.synchronize)
+            self.tokens = greedy_generate(self.model, self.prompts, p.output_len, stopwatch=watch)
+            self.watches.append(watch)  # warm-up's first, then the trials'
+
+        return Window(generate, warmup=p.warmup, trials=p.trials)
+
+    def after_window(self, timing: Timing) -> None:
+        self.window_mem = self.ctx.adapter.peak_memory_bytes()  # before the reference allocates anything
+        if self.point.hf_reference:
+            self.hf = hf_reference(self.family, self.model, self.prompts, self.tokens, self.point, self.ctx)
+
+    def metrics(self, timing: Timing, mem_bytes: int | None) -> tuple[dict, float, float]:
+        p = self.point
+        trials = self.watches[-p.trials:]
+        ttft = [w.times_s[0] for w in trials]
+        decode_s = [sum(w.times_s[1:]) for w in trials]
+        steps = [s for w in trials for s in w.times_s[1:]]
+        ttft_s = statistics.median(ttft)
+        prefill_tflops = F.tflops(self.prefill_flops, ttft_s)
+        out: dict[str, Any] = {"ttft_s": ttft_s, "prefill_tokens_per_s": p.batch_size * p.input_len / ttft_s,
+                               "prefill_tflops_per_device": prefill_tflops, **percentiles(ttft, "ttft")}
+        out |= _decode_metrics(p, decode_s, steps, self.decode_bytes, self.device_model)
+        tokens = p.batch_size * p.output_len
+        out["output_tokens_per_s"] = tokens / timing.median_s
+        out["mem_peak_gib"] = self.window_mem / GiB if self.window_mem is not None else None
+        energy = timing.energy.energy_j if timing.energy is not None else None
+        out["energy_per_output_token_j"] = energy / (tokens * p.trials) if energy else None
+        return out | self.hf, prefill_tflops, tokens * p.trials
+
+    def summary(self, metrics: dict) -> str:
+        tpot = metrics.get("tpot_p50_s")
+        return (f"TTFT {metrics['ttft_s'] * 1e3:.1f} ms, "
+                + (f"TPOT p50 {tpot * 1e3:.2f} ms, " if tpot is not None else "")
+                + f"{metrics['output_tokens_per_s']:.0f} output tok/s")
+
+
+def _decode_metrics(p: GeneratePoint, decode_s: list[float], steps: list[float], decode_bytes: int,
+                    device_model: str | None) -> dict:
+    """Decode tokens/s, TPOT percentiles and MBU both ways; nulls with a reason where one token leaves no decode."""
+    if p.output_len < 2:
+        reason = "output_len 1: the prefill gives the only token, no decode step ran"
+        return {"decode_tokens_per_s": None, "decode_tokens_per_s_trials": None, "tpot_s": None,
+                **percentiles([], "tpot"), "decode_gbps": None, "mbu_reason": reason, "mbu_measured_reason": reason}
+    rates = [p.batch_size * (p.output_len - 1) / s for s in decode_s]
+    median_s = statistics.median(decode_s)
+    gbps = decode_bytes / median_s / 1e9
+    return {"decode_tokens_per_s": p.batch_size * (p.output_len - 1) / median_s, "decode_tokens_per_s_trials": rates,
+            "tpot_s": median_s / (p.output_len - 1), **percentiles(steps, "tpot"), "decode_gbps": gbps,
+            **peaks.mbu_metrics(gbps, device_model or "", p.bandwidth)}
+
+
+def hf_reference(family, model, prompts: torch.Tensor, ours: torch.Tensor, p: GeneratePoint, ctx: Context) -> dict:
+    """transformers' greedy ``generate`` (static cache) from the same weights, ``trials`` times: its decode
+    tokens/s (N tokens' time less 1 token's: the prefill and the first token), TTFT, and tokens equal to ours."""
+    hf = family.to_hf(model).to(device=ctx.device, dtype=next(model.parameters()).dtype).eval()
+    mask = torch.ones_like(prompts)
+
+    def seconds(n: int) -> tuple[float, torch.Tensor]:
+        ctx.adapter.synchronize()
+        start = time.perf_counter()
+        out = hf.generate(prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                          use_cache=True, cache_implementation="static", pad_token_id=0)
+        ctx.adapter.synchronize()
+        return time.perf_counter() - start, out
+
+    with torch.inference_mode():
+        seconds(p.output_len)  # warm-up (its static cache allocated)
+        runs = [(seconds(p.output_len), seconds(1)[0]) for _ in range(p.trials)]
+    total = [r[0][0] for r in runs]
+    decode = [t - first for t, first in zip(total, (r[1] for r in runs))]
+    theirs = runs[-1][0][1]
+    rates = [p.batch_size * (p.output_len - 1) / s for s in decode if s > 0] if p.output_len > 1 else []
+    return {"hf_ttft_s": statistics.median(r[1] for r in runs),
+            "hf_output_tokens_per_s": p.batch_size * p.output_len / statistics.median(total),
+            "hf_decode_tokens_per_s": statistics.median(rates) if rates else None,
+            "hf_decode_tokens_per_s_trials": rates or None,
+            "hf_tokens_equal": bool(torch.equal(ours.cpu(), theirs.cpu()))}
+
+
+def unsupported_generate(adapter, point: GeneratePoint) -> str | None:
+    """The adapter's answer (``unsupported_generate`` where it has one), then the family's: a KV-cache forward."""
+    from accel_kit.models import family_of
+
+    family = family_of(point.preset)
+    if not family.supports_kv_cache:
+        return (f"the {family.name} family has no static-KV-cache forward (forward_cached); accel-kit generates "
+                "with its own families' models only (gpt2, llama)")
+    return adapter_check(adapter, point)
+
+
+def measure_generate(point: GeneratePoint, ctx: Context) -> Result:
+    return measurement.run(GenerateMeasurement(point, ctx))
+
+
+_S = "s"
+register_kind(KIND, GeneratePoint, measure_generate, unsupported=unsupported_generate, metrics=(
+    Metric("prefill_flops", "FLOP", "forward FLOPs of the prefill (the batch's prompts, the last position's logits)"),
+    Metric("decode_flops", "FLOP", "forward FLOPs of every decode step of one generation"),
+    Metric("decode_bytes", "B", "bytes every decode step of one generation reads (weights once per step, KV cache)"),
+    Metric("kv_cache_gib", "GiB", "the static KV cache, allocated for input plus output positions"),
+    Metric("ttft_s", _S, "time to first token: the prefill and the first new token (median over trials)"),
+    *(Metric(f"ttft_p{q}_s", _S, f"time to first token, p{q} over the trials") for q in PERCENTILES),
+    Metric("prefill_tokens_per_s", "tokens/s", "prompt tokens over the prefill's time"),
+    Metric("prefill_tflops_per_device", "TFLOP/s", "the prefill's FLOPs over its time (the MFU's numerator)"),
+    Metric("decode_tokens_per_s", "tokens/s", "tokens of the decode steps over their time (median trial)"),
+    Metric("decode_tokens_per_s_trials", "tokens/s", "decode tokens/s of each trial (the noise rule's samples)"),
+    Metric("tpot_s", _S, "time per output token: the decode steps' time over their count (median trial)"),
+    *(Metric(f"tpot_p{q}_s", _S, f"one decode step's time, p{q} over every step of every trial") for q in PERCENTILES),
+    Metric("decode_gbps", "GB/s", "bytes the decode steps read over their time (MBU's numerator)"),
+    Metric("output_tokens_per_s", "tokens/s", "output tokens over one whole generation's time, prefill included"),
+    Metric("energy_per_output_token_j", "J", "the window's energy over the output tokens it generated"),
+    Metric("hf_ttft_s", _S, "transformers' generate of one token from the same weights (median)"),
+    Metric("hf_output_tokens_per_s", "tokens/s", "transformers' generate: output tokens over its whole time"),
+    Metric("hf_decode_tokens_per_s", "tokens/s", "transformers' generate: decode tokens over (N tokens' time - 1's)"),
+    Metric("hf_decode_tokens_per_s_trials", "tokens/s", "transformers' decode tokens/s of each trial"),
+    Metric("hf_tokens_equal", "bool", "transformers' greedy tokens equal ours"),
+))
