@@ -34,6 +34,7 @@ KIND_MODULES: dict[str, str] = {
     "train": "accel_kit.engine.train_measure",
     "block": "accel_kit.engine.block_measure",
     "peak": "accel_kit.engine.peak_measure",
+    "serve": "accel_kit.engine.serve_measure",
 }
 
 
