@@ -88,10 +88,11 @@ def unsupported_serve(adapter: "BaseAdapter", point: ServePoint) -> str | None:
     reason = adapter_check(adapter, point)
     if reason or point.engine != "vllm" or adapter.torch_device().type != "cpu":
         return reason
-    from accel_kit.models import get_config
+    from accel_kit.models import family_of, get_config
 
-    head_dim = getattr(get_config(point.preset), "head_dim", None)
-    if head_dim is not None and head_dim not in VLLM_CPU_HEAD_DIMS:
+    cfg = get_config(point.preset)
+    head_dim = family_of(cfg).shape(cfg).head_dim
+    if head_dim not in VLLM_CPU_HEAD_DIMS:
         return (f"vLLM's CPU attention has no kernel for head_dim {head_dim} ({point.preset}); it has "
                 f"{', '.join(map(str, VLLM_CPU_HEAD_DIMS))}")
     return S.vllm_cpu_reason()

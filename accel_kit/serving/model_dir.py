@@ -30,12 +30,13 @@ def write_model_dir(preset: str, folder: Path, *, weights: bool = True, seed: in
     from accel_kit.models.registry import family_of, get_config
 
     cfg = get_config(preset)
-    hf = family_of(preset).hf_config(cfg)
+    family = family_of(cfg)
+    hf = family.hf_config(cfg)
     hf.use_cache = True  # a server decodes with its KV cache; our training configs turn it off
     folder.mkdir(parents=True, exist_ok=True)
     vocab = int(hf.vocab_size)
     # the tokenizer's real width: a padded vocabulary's extra rows are never produced by the BPE
-    n_ids = min(vocab, getattr(cfg, "vocab_size", vocab))
+    n_ids = min(vocab, family.shape(cfg).vocab_size)
     eos_id = write_tokenizer(folder, n_ids)
     hf.eos_token_id = hf.bos_token_id = eos_id
     if weights:
