@@ -165,7 +165,8 @@ def test_a_server_that_dies_is_an_error_with_its_log_tail_and_the_next_point_run
     t0 = time.monotonic()
     results = SM.measure_points(points, tmp_path)
     assert [r.status for r in results] == ["error", "error"]
-    assert "server died" in results[0].reason and "dying on the first request" in results[0].traceback
+    assert results[0].reason == "the transformers server exited with status 3: dying on the first request"
+    assert "dying on the first request" in results[0].traceback
     assert len(groups) == 2 and all(_gone(g) for g in groups)  # restarted for the second point, both stopped
     assert time.monotonic() - t0 < 60
 

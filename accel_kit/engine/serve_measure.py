@@ -16,6 +16,7 @@ same call for a group of one: each such point pays its server's start, which its
 from __future__ import annotations
 
 import itertools
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -98,10 +99,15 @@ def unsupported_serve(adapter: "BaseAdapter", point: ServePoint) -> str | None:
     return S.vllm_cpu_reason()
 
 
+def _file_name(preset: str) -> str:
+    """A preset as one file name (an ``hf:`` preset is a path)."""
+    return re.sub(r"[^\w.-]+", "_", preset).strip("_")[-100:]
+
+
 def _server(point: ServePoint, model_dir: Path, log_dir: Path, device: str) -> S.Server:
     from accel_kit.models import get_config
 
-    return S.Server(point.engine, model_dir, log_dir / f"{point.engine}-{point.preset}.log",
+    return S.Server(point.engine, model_dir, log_dir / f"{point.engine}-{_file_name(point.preset)}.log",
                     dtype=_DTYPES.get(point.precision, "float32"), max_model_len=get_config(point.preset).seq_len,
                     port=point.port, start_timeout_s=point.start_timeout_s, device=device)
 
@@ -136,7 +142,7 @@ def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadl
     from accel_kit.serving.model_dir import write_model_dir
 
     first = points[0]
-    model_dir = write_model_dir(first.preset, workdir / "models" / first.preset, weights=first.engine != "vllm",
+    model_dir = write_model_dir(first.preset, workdir / "models" / _file_name(first.preset), weights=first.engine != "vllm",
                                 seed=first.seed)
     server: S.Server | None = None
     overhead: dict[str, float] = {}
@@ -152,7 +158,8 @@ def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadl
                 if server is not None:
                     server.stop()
                 server = None
-                yield failed("error", f"the {point.engine} server died: {str(e).splitlines()[0]}",
+                lines = [line for line in str(e).splitlines() if line.strip()]
+                yield failed("error", f"the {lines[0].removesuffix('; log tail:')}: {lines[-1].strip()}",
                              traceback=str(e), model=point.preset)
     finally:
         if server is not None:

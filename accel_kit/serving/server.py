@@ -32,6 +32,8 @@ INSTALL_HINT = {"transformers": "make install (the serving extra: pip install -e
 #: the environment vLLM on a CPU runs from (make vllm): it pins its own torch and transformers
 VLLM_VENV = Path(os.environ.get("ACCEL_KIT_VLLM_VENV", ".venv-vllm"))
 LOG_TAIL_LINES = 30
+#: GiB of host memory vLLM's CPU backend holds for its KV cache (VLLM_CPU_KVCACHE_SPACE overrides it)
+VLLM_CPU_KV_CACHE_GIB = 1
 STOP_GRACE_S = 10.0
 
 
@@ -96,7 +98,7 @@ def server_command(engine: Engine, model_dir: Path, port: int, *, dtype: str, ma
     # the module, not the `vllm` script: vllm-cpu's script asks for the distribution "vllm" by name and fails
     return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--host", HOST, "--port", str(port), "--load-format", "dummy", "--dtype", dtype,
-            "--max-model-len", str(max_model_len), "--enforce-eager", "--disable-log-requests"]
+            "--max-model-len", str(max_model_len), "--enforce-eager"]
 
 
 @dataclass
@@ -134,7 +136,7 @@ class Server:
         with open(self.log_path, "wb") as log:
             # a session of its own: the whole group (uvicorn, vLLM's engine core) is stopped together
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env={**os.environ, **self.env})
+                                         start_new_session=True, env=self._environment())
         try:
             self._wait_healthy()
         except BaseException:
@@ -145,6 +147,14 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def _environment(self) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        if self.engine == "vllm" and self.device == "cpu":
+            # vLLM on a CPU reserves its KV cache from host memory, by default 92 % of it (--gpu-memory-utilization),
+            # and refuses to start when less is free (a shared machine): a fixed size instead, settable
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(VLLM_CPU_KV_CACHE_GIB))
+        return env
 
     def _wait_healthy(self) -> None:
         import httpx
