@@ -55,7 +55,7 @@ def test_an_engine_not_installed_names_its_make_target(monkeypatch, tmp_path):
                         lambda name, *a: None if name in ("vllm", "fastapi") else real(name, *a))
     with pytest.raises(ParameterError, match="engine vllm is not installed.*make vllm"):
         S.check_engine("vllm")
-    with pytest.raises(ParameterError, match="fastapi, not installed.*make install"):
+    with pytest.raises(ParameterError, match="transformers serve needs fastapi.*not installed.*make install"):
         S.check_engine("transformers")
     with pytest.raises(ParameterError, match="not known"):
         S.check_engine("tgi")
@@ -212,3 +212,33 @@ def test_a_server_stops_on_keyboard_interrupt(monkeypatch, tmp_path):
             raise KeyboardInterrupt
     assert _gone(group)
     assert signal.SIGTERM  # the group was stopped by signal, not left to exit on its own
+
+
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+    """A point's process killed (its timeout's SIGKILL) takes its server along: the server is in a session of its
+    own, so the point's process-group kill misses it, and the kernel's parent-death signal ends it instead."""
+    import subprocess
+
+    script = tmp_path / "dying.py"
+    script.write_text(_DYING_SERVER)
+    starter = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from accel_kit.serving import server as S
+        S.check_engine = lambda engine: None
+        S.server_command = lambda engine, model_dir, port, **kw: [sys.executable, {str(script)!r}, str(port)]
+        s = S.Server("transformers", Path({str(tmp_path)!r}), Path({str(tmp_path / "log.txt")!r})).__enter__()
+        print(s.proc.pid, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        group = int(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while not _gone(group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(group)

@@ -41,6 +41,17 @@ class ServerDied(RuntimeError):
     """The server process ended (at start or mid-run); the message is its log tail."""
 
 
+def _die_with_parent() -> None:
+    """In the server's child, before exec: SIGKILL when the process that started it dies (Linux's
+    PR_SET_PDEATHSIG), so a point killed for its timeout (its process group, which the server's own session is
+    not in) leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def port_taken(port: int, host: str = HOST) -> bool:
     """Whether something already listens on ``host:port`` (or the port cannot be bound)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -136,7 +147,8 @@ class Server:
         with open(self.log_path, "wb") as log:
             # a session of its own: the whole group (uvicorn, vLLM's engine core) is stopped together
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=self._environment())
+                                         start_new_session=True, env=self._environment(),
+                                         preexec_fn=_die_with_parent)
         try:
             self._wait_healthy()
         except BaseException:
@@ -185,7 +197,8 @@ class Server:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """Stop the server's process group: SIGTERM, then SIGKILL after ``STOP_GRACE_S``; waits for the leader."""
+        """Stop the server's process group: SIGTERM, then SIGKILL after ``STOP_GRACE_S``; returns once no process
+        of the group is left (vLLM's engine core and workers are the leader's children, in its group)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -194,19 +207,24 @@ class Server:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-            # the leader is gone; any child left in its group gets the same signal once more
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            break
+            if _group_gone(proc, wait_s):
+                break
         if proc.poll() is None:
             proc.wait(timeout=5.0)
 
+
+def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:
+    """Whether the group ``proc`` leads has no process left within ``wait_s`` (the leader reaped meanwhile)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 def vllm_cpu_reason() -> str | None:
     """Why vLLM cannot serve on this machine's CPU, or None where it may: its CPU backend needs AVX-512 or
