@@ -85,6 +85,8 @@ def test_vllm_on_cpu_without_a_kernel_for_the_head_width_is_unsupported():
     point = SM.ServePoint(system="cpu", precision="fp32", preset="gpt2-debug", engine="vllm", concurrency=1)
     reason = SM.unsupported_serve(_CPUAdapter(), point)
     assert reason and "head_dim 16" in reason
+    genslm = point.model_copy(update={"preset": "genslm-debug", "engine": "transformers"})
+    assert "vocabulary of 71 ids" in SM.unsupported_serve(_CPUAdapter(), genslm)
 
 
 # ---- statistics -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import itertools
 import re
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence
 
@@ -27,6 +28,7 @@ from pydantic import Field, PositiveInt, model_validator
 from accel_kit.engine.kinds import adapter_check, register_kind
 from accel_kit.engine.point import NOT_IN_KEY, Point, _hash, key_fields
 from accel_kit.engine.result import Result, failed
+from accel_kit.errors import AccelKitError
 from accel_kit.metrics import Metric
 from accel_kit.serving import load as L
 from accel_kit.serving import server as S
@@ -85,14 +87,20 @@ class ServePoint(Point):
 
 
 def unsupported_serve(adapter: "BaseAdapter", point: ServePoint) -> str | None:
-    """The adapter's answer, then the engine's: vLLM's CPU build on this CPU and this model's head width."""
+    """The adapter's answer, then the model's vocabulary (a byte-level BPE needs 257 ids), then the engine's: vLLM's
+    CPU build on this CPU and this model's head width."""
+    from accel_kit.models import family_of, get_config
+    from accel_kit.serving.model_dir import MIN_VOCAB
+
     reason = adapter_check(adapter, point)
+    cfg = get_config(point.preset)
+    shape = family_of(cfg).shape(cfg)
+    if reason is None and shape.vocab_size < MIN_VOCAB:
+        reason = (f"{point.preset}'s vocabulary of {shape.vocab_size} ids cannot hold the byte-level BPE a server's "
+                  f"tokenizer files are written from ({MIN_VOCAB} ids)")
     if reason or point.engine != "vllm" or adapter.torch_device().type != "cpu":
         return reason
-    from accel_kit.models import family_of, get_config
-
-    cfg = get_config(point.preset)
-    head_dim = family_of(cfg).shape(cfg).head_dim
+    head_dim = shape.head_dim
     if head_dim not in VLLM_CPU_HEAD_DIMS:
         return (f"vLLM's CPU attention has no kernel for head_dim {head_dim} ({point.preset}); it has "
                 f"{', '.join(map(str, VLLM_CPU_HEAD_DIMS))}")
@@ -142,8 +150,8 @@ def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadl
     from accel_kit.serving.model_dir import write_model_dir
 
     first = points[0]
-    model_dir = write_model_dir(first.preset, workdir / "models" / _file_name(first.preset), weights=first.engine != "vllm",
-                                seed=first.seed)
+    model_dir = write_model_dir(first.preset, workdir / "models" / _file_name(first.preset),
+                                weights=first.engine != "vllm", seed=first.seed)
     server: S.Server | None = None
     overhead: dict[str, float] = {}
     try:
@@ -161,6 +169,10 @@ def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadl
                 lines = [line for line in str(e).splitlines() if line.strip()]
                 yield failed("error", f"the {lines[0].removesuffix('; log tail:')}: {lines[-1].strip()}",
                              traceback=str(e), model=point.preset)
+            except AccelKitError:
+                raise  # bad input (a port taken, an engine missing): one line, for every point alike
+            except Exception as e:  # noqa: BLE001 - one point's failure; the group's next points still run
+                yield failed("error", f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), model=point.preset)
     finally:
         if server is not None:
             server.stop()

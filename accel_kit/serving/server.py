@@ -162,6 +162,8 @@ class Server:
 
     def _environment(self) -> dict[str, str]:
         env = {**os.environ, **self.env}
+        if self.engine == "vllm" and vllm_python() is not None:
+            env.pop("PYTHONPATH", None)  # its own environment: none of the main one's packages in front of its own
         if self.engine == "vllm" and self.device == "cpu":
             # vLLM on a CPU reserves its KV cache from host memory, by default 92 % of it (--gpu-memory-utilization),
             # and refuses to start when less is free (a shared machine): a fixed size instead, settable
