@@ -244,3 +244,32 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
     while not _gone(group) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(group)
+
+
+def test_a_studys_serve_points_are_records_resumed_and_unsupported_where_they_cannot_run(monkeypatch, tmp_path):
+    import accel_kit.serving.model_dir
+    from accel_kit import results
+
+    monkeypatch.setattr(accel_kit.serving.model_dir, "write_model_dir", _tiny_model_dir)
+    script = tmp_path / "dying.py"
+    script.write_text(_DYING_SERVER)
+    monkeypatch.setattr(S, "check_engine", lambda engine: None)
+    monkeypatch.setattr(S, "server_command", lambda engine, model_dir, port, **kw: [sys.executable, str(script),
+                                                                                    str(port)])
+    groups = _started_groups(monkeypatch)
+    base = dict(system="cpu", precision="fp32", n_requests=1, prompt_tokens=4, output_tokens=2, warmup_requests=0)
+    points = [SM.ServePoint(preset="gpt2-debug", concurrency=1, **base),
+              SM.ServePoint(preset="genslm-debug", concurrency=1, **base),
+              SM.ServePoint(preset="gpt2-debug", request_rate=5.0, **base)]
+    path = tmp_path / "out" / "inference" / "cpu.jsonl"
+    kw = dict(records_path=path, run_id="r1", extra_params={"profile": "test"})
+    from accel_kit.systems import load_system
+
+    adapter = load_system("cpu").device_adapter()
+    recs = SM.run_serve_points("inference", points, adapter, **kw)
+    assert [r["status"] for r in recs] == ["error", "unsupported", "error"]
+    assert "vocabulary of 71 ids" in recs[1]["reason"] and recs[0]["kind"] == "serve"
+    assert len(list(results.iter_records(path))) == 3 and len(groups) == 2 and all(_gone(g) for g in groups)
+    again = SM.run_serve_points("inference", points, adapter, **kw)  # resumed as the sweep resumes: errors run again
+    assert again[1]["record_id"] == recs[1]["record_id"] and again[0]["record_id"] != recs[0]["record_id"]
+    assert len(groups) == 4 and all(_gone(g) for g in groups)

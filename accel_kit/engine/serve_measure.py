@@ -135,7 +135,8 @@ def _warm_up(point: ServePoint, server: S.Server) -> float:
 def _measure_one(point: ServePoint, server: S.Server, overhead: dict[str, float], deadline_s: float) -> Result:
     requests, duration_s = L.run_load(point.load(deadline_s), server.base_url, server.model_name, server.model_dir,
                                       point.engine)
-    server.check_alive()  # a server that died under the load: its log tail, not a row of failed requests
+    # a server that died under the load: its log tail, not a row of failed requests
+    server.check_alive(wait_s=2.0 if any(r.error for r in requests) else 0.0)
     metrics = stats.load_metrics(requests, duration_s, (point.slo_ttft_s, point.slo_tpot_s)) | overhead
     if not metrics["serve_requests_ok"]:
         errors = sorted({r.error for r in requests if r.error})
@@ -178,16 +179,20 @@ def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadl
             server.stop()
 
 
-def measure_points(points: Sequence[ServePoint], workdir: Path | None = None, *, device: str = "cpu",
-                   deadline_s: float = 600.0) -> list[Result]:
-    """Each point's result, in order; consecutive points with one ``server_key`` share a server. ``workdir``
-    holds the model folders and the servers' logs (a temporary folder when None)."""
+def iter_results(points: Sequence[ServePoint], workdir: Path | None = None, *, device: str = "cpu",
+                 deadline_s: float = 600.0) -> Iterator[Result]:
+    """Each point's result, in order, as it is measured; consecutive points with one ``server_key`` share a server.
+    ``workdir`` holds the model folders and the servers' logs (a temporary folder when None)."""
     with tempfile.TemporaryDirectory(prefix="accel-kit-serve-") as scratch:
         root = Path(workdir) if workdir is not None else Path(scratch)
-        out: list[Result] = []
         for _, group in itertools.groupby(points, key=ServePoint.server_key):
-            out += list(_serve_group(list(group), root, device, deadline_s))
-        return out
+            yield from _serve_group(list(group), root, device, deadline_s)
+
+
+def measure_points(points: Sequence[ServePoint], workdir: Path | None = None, *, device: str = "cpu",
+                   deadline_s: float = 600.0) -> list[Result]:
+    """``iter_results`` as a list."""
+    return list(iter_results(points, workdir, device=device, deadline_s=deadline_s))
 
 
 def measure_serve(point: ServePoint, ctx: "Context") -> Result:
@@ -219,3 +224,39 @@ register_kind(KIND, ServePoint, measure_serve, unsupported=unsupported_serve, me
                                ("e2e", "request latency, send to last token", "requests"))
       for q in stats.PERCENTILES),
 ))
+
+
+def run_serve_points(study: str, points: Sequence[ServePoint], adapter: "BaseAdapter", *, records_path: Path,
+                     run_id: str, extra_params: dict, rerun: bool = False, deadline_s: float = 600.0) -> list[dict]:
+    """A study's serve points in this process, one server per group (``measure_points``), one record each, resumed
+    as the sweep resumes (a point recorded with a final status is not run again unless ``rerun``); a point the
+    adapter or the engine cannot run is its ``unsupported`` record. The sweep runner's alternative for serve
+    points: the client is light, and the servers are processes of their own either way."""
+    from accel_kit import results
+    from accel_kit.engine.sweep import record_of, recorded
+
+    done = recorded(records_path) if not rerun else {}
+    todo = [p for p in points if p.key() not in done]
+    reasons = {p.key(): unsupported_serve(adapter, p) for p in todo}
+    for engine in sorted({p.engine for p in todo if not reasons[p.key()]}):
+        S.check_engine(engine)  # bad input before any server starts: one line naming the make target
+    runnable = [p for p in todo if not reasons[p.key()]]
+    measured = iter_results(runnable, records_path.parent / "serve", device=adapter.torch_device().type,
+                            deadline_s=deadline_s)
+    env = results.environment(adapter)
+    records = []
+    try:
+        for point in points:
+            key = point.key()
+            if key in done:
+                records.append(done[key])
+                continue
+            # in the runnable points' order, so each record is written as its point ends
+            result = failed("unsupported", reasons[key], model=point.preset) if reasons[key] else next(measured)
+            record = record_of(study, point, result.model_copy(update={"env": env}), run_id=run_id,
+                               params=extra_params | {"point_key": key})
+            results.append_record(records_path, record, make_folder=True)
+            records.append(record)
+    finally:
+        measured.close()  # the last group's server stopped, whatever ended the loop
+    return records

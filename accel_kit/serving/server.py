@@ -185,8 +185,14 @@ class Server:
         raise ServerDied(f"{self.engine} server not healthy after {self.start_timeout_s:.0f} s; log tail:\n"
                          f"{self.log_tail()}")
 
-    def check_alive(self) -> None:
-        """A ServerDied with the log tail when the server has exited."""
+    def check_alive(self, wait_s: float = 0.0) -> None:
+        """A ServerDied with the log tail when the server has exited (or exits within ``wait_s``: a request cut off
+        may be the server dying, which the kernel reports a moment later)."""
+        if self.proc is not None and wait_s > 0:
+            try:
+                self.proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc is not None and self.proc.poll() is not None:
             raise ServerDied(f"{self.engine} server exited with status {self.proc.returncode}; log tail:\n"
                              f"{self.log_tail()}")
