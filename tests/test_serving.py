@@ -1,5 +1,5 @@
 """The serve kind: its bad input (one line each), its statistics against hand counts, a server that dies, and a real
-``transformers serve`` of a tiny preset under two loads on the loopback, with no process left behind."""
+``transformers serve`` of a tiny preset under three loads on the loopback, with no process left behind."""
 from __future__ import annotations
 
 import os
@@ -108,6 +108,27 @@ def test_load_metrics_against_hand_counts():
     assert not M.undeclared(m)
 
 
+def test_poisson_arrivals_are_seeded_at_the_set_rate():
+    from accel_kit.serving.load import arrival_times_s
+
+    times = arrival_times_s(4000, 8.0, seed=3)
+    assert times == arrival_times_s(4000, 8.0, seed=3) and times != arrival_times_s(4000, 8.0, seed=4)
+    assert times == sorted(times) and times[-1] / 4000 == pytest.approx(1 / 8, rel=0.05)  # mean gap 1/rate
+
+
+def test_prompts_are_seeded_different_and_of_the_set_token_count(tmp_path):
+    from tokenizers import Tokenizer
+
+    from accel_kit.serving.load import make_prompts
+    from accel_kit.serving.model_dir import write_tokenizer
+
+    write_tokenizer(tmp_path, 512)  # the GPT-2 BPE cut to 512 ids (llama3-debug's vocabulary)
+    prompts = make_prompts(tmp_path, 4, 12, seed=0)
+    assert prompts == make_prompts(tmp_path, 4, 12, seed=0) and len(set(prompts)) == 4
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert all(len(ids) == 12 and max(ids) < 512 for ids in (tok.encode(p).ids for p in prompts))
+
+
 # ---- a server that dies, and a real one -----------------------------------------------------------
 
 _DYING_SERVER = textwrap.dedent("""
@@ -174,17 +195,18 @@ def test_a_server_that_dies_is_an_error_with_its_log_tail_and_the_next_point_run
 
 
 @pytest.mark.slow
-def test_transformers_serve_under_two_loads(monkeypatch, tmp_path):
+def test_transformers_serve_under_three_loads(monkeypatch, tmp_path):
     for module in ("fastapi", "uvicorn", "openai"):
         pytest.importorskip(module, reason="transformers serve needs the serving extra: pip install -e '.[serving]'")
     groups = _started_groups(monkeypatch)
-    points = [SM.ServePoint(system="cpu", precision="fp32", preset="gpt2-debug", concurrency=c, n_requests=3,
-                            prompt_tokens=8, output_tokens=4, start_timeout_s=120, request_timeout_s=60)
-              for c in (1, 2)]
+    load = dict(system="cpu", precision="fp32", preset="gpt2-debug", n_requests=3, prompt_tokens=8, output_tokens=4,
+                start_timeout_s=120, request_timeout_s=60)
+    points = [SM.ServePoint(concurrency=1, **load), SM.ServePoint(concurrency=2, **load),
+              SM.ServePoint(request_rate=20.0, seed=1, **load)]  # Poisson arrivals, 20 per second
     try:
         results = SM.measure_points(points, tmp_path, deadline_s=120)
     finally:
-        assert len(groups) == 1  # one server for both points
+        assert len(groups) == 1  # one server for the three points
         assert _gone(groups[0]), "the server's process group outlived its points"
     for r in results:
         assert r.status == "ok", r.reason
@@ -198,6 +220,7 @@ def test_transformers_serve_under_two_loads(monkeypatch, tmp_path):
         assert 0 <= m["goodput_requests_per_s"] <= m["serve_requests_per_s"]
         assert not M.undeclared(m)
     assert results[0].metrics["serve_server_start_s"] > 0 and results[1].metrics["serve_server_start_s"] == 0
+    assert len(results) == 3
     assert (tmp_path / "transformers-gpt2-debug.log").exists()
 
 

@@ -91,6 +91,17 @@ def make_prompts(model_dir: Path, n: int, n_tokens: int, seed: int) -> list[str]
     return ["".join(rng.choice(words) for _ in range(n_tokens)).replace("\u0120", " ") for _ in range(n)]
 
 
+def arrival_times_s(n: int, rate_per_s: float, seed: int) -> list[float]:
+    """``n`` send times of a Poisson process at ``rate_per_s`` (exponential gaps), from the load's start; seeded
+    apart from the prompts (``seed + 1``), so a rate's arrivals do not change with the prompts' length."""
+    rng = random.Random(seed + 1)
+    times, t = [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(rate_per_s)
+        times.append(t)
+    return times
+
+
 def request_body(model: str, prompt: str, output_tokens: int, engine: str) -> dict:
     body = {"model": model, "prompt": prompt, "max_tokens": output_tokens, "stream": True, "temperature": 0.0,
             "stream_options": {"include_usage": True}}
@@ -155,16 +166,11 @@ async def _run(load: Load, base_url: str, model: str, prompts: list[str], engine
 
             tasks = [asyncio.create_task(worker()) for _ in range(min(load.concurrency, len(bodies)))]
         else:
-            rng = random.Random(load.seed + 1)  # the arrival times' own stream, apart from the prompts'
-
             async def arrive(delay_s: float, body: dict) -> list[RequestResult]:
                 await asyncio.sleep(delay_s)
                 return [await _one_request(client, url, body)]
 
-            delays, t = [], 0.0
-            for _ in bodies:
-                t += rng.expovariate(load.request_rate)  # Poisson process: exponential gaps at the set rate
-                delays.append(t)
+            delays = arrival_times_s(len(bodies), load.request_rate, load.seed)
             tasks = [asyncio.create_task(arrive(d, b)) for d, b in zip(delays, bodies)]
         finished, pending = await asyncio.wait(tasks, timeout=load.deadline_s)
         for task in pending:

@@ -30,7 +30,7 @@ HOST = "127.0.0.1"
 INSTALL_HINT = {"transformers": "make install (the serving extra: pip install -e '.[serving]')",
                 "vllm": "make vllm"}
 #: the environment vLLM on a CPU runs from (make vllm): it pins its own torch and transformers
-VLLM_VENV = Path(os.environ.get("ACCEL_KIT_VLLM_VENV", ".venv-vllm"))
+VLLM_VENV = Path(os.environ.get("ACCEL_KIT_VLLM_VENV") or Path(__file__).resolve().parents[2] / ".venv-vllm")
 LOG_TAIL_LINES = 30
 #: GiB of host memory vLLM's CPU backend holds for its KV cache (VLLM_CPU_KVCACHE_SPACE overrides it)
 VLLM_CPU_KV_CACHE_GIB = 1

@@ -10,9 +10,6 @@ import pytest
 
 from accel_kit.serving import server as S
 
-ROOT = Path(__file__).resolve().parents[2]
-if not os.environ.get("ACCEL_KIT_VLLM_VENV") and (ROOT / ".venv-vllm").exists():
-    S.VLLM_VENV = ROOT / ".venv-vllm"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(S.vllm_python() is None, reason="needs the vLLM environment: make vllm")]
 
