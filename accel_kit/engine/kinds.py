@@ -36,6 +36,7 @@ KIND_MODULES: dict[str, str] = {
     "peak": "accel_kit.engine.peak_measure",
     "bandwidth": "accel_kit.engine.peak_measure",
     "generate": "accel_kit.engine.generate_measure",
+    "serve": "accel_kit.engine.serve_measure",
 }
 
 
