@@ -42,12 +42,18 @@ def test_bad_input_is_one_line(capsys):
     assert "unknown model preset 'nope'" in err
 
 
-def test_a_family_without_a_kv_cache_is_unsupported_with_the_reason():
+def test_a_family_without_a_kv_cache_is_unsupported_with_the_reason(tmp_path):
+    from transformers import Qwen2Config
+
     from accel_kit.devices import get_adapter
     from accel_kit.engine import kinds
     from accel_kit.engine.generate_measure import GeneratePoint
 
-    point = GeneratePoint(system="cpu", precision="fp32", preset="moe-debug", batch_size=1, input_len=4, output_len=2)
+    from hf_configs import write
+
+    hf = write(tmp_path / "m", Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                           num_attention_heads=2, num_key_value_heads=1, vocab_size=512))
+    point = GeneratePoint(system="cpu", precision="fp32", preset=hf, batch_size=1, input_len=4, output_len=2)
     why = kinds.kind_of(point).unsupported(get_adapter("cpu"), point)
     assert "no static-KV-cache forward" in why
     ok = point.model_copy(update={"preset": "gpt2-debug"})
