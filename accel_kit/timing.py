@@ -19,6 +19,20 @@ from typing import Any, Callable
 DEFAULT_NOISY_CV = 0.05
 
 
+# The latency percentiles every kind of inference point records (generation's TTFT and TPOT, serving's
+# TTFT, TPOT, ITL and end-to-end latency): MLPerf Inference judges at the 99th.
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles(values, prefix: str) -> dict[str, float | None]:
+    """``{prefix}_p50_s``, ``_p90_s``, ``_p99_s`` of ``values`` in seconds (linear interpolation, numpy's
+    default; None values dropped); each None where no value is left."""
+    import numpy as np
+
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return {f"{prefix}_p{q}_s": (float(np.percentile(arr, q)) if arr.size else None) for q in PERCENTILES}
+
+
 def iqr(values) -> tuple[float, float] | None:
     """The first and third quartiles of ``values`` (None and NaN left out); None for fewer than 2 values.
     The one quartile rule: a record's ``time_iqr_s`` and a table's spread (``accel_kit.noise``) both use it."""

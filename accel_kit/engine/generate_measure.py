@@ -37,10 +37,9 @@ from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import NOT_IN_KEY, Frontier, Point
 from accel_kit.engine.result import Result
 from accel_kit.metrics import Metric
-from accel_kit.timing import Stopwatch, Timing
+from accel_kit.timing import PERCENTILES, Stopwatch, Timing, percentiles
 
 KIND = "generate"
-PERCENTILES = (50, 90, 99)
 
 
 class GeneratePoint(Point):
@@ -73,13 +72,6 @@ class GeneratePoint(Point):
 
     def record_params(self) -> dict[str, Any]:
         return self.model_dump(exclude={"peak", "bandwidth", "system"})  # the measured figures go to the metrics
-
-
-def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
-    """``{prefix}_p50_s`` ... of ``values`` (linear interpolation, numpy's default); None without values."""
-    import numpy as np
-
-    return {f"{prefix}_p{q}_s": (float(np.percentile(values, q)) if values else None) for q in PERCENTILES}
 
 
 class GenerateMeasurement(KindMeasurement):

@@ -16,8 +16,8 @@ import numpy as np
 
 from accel_kit.errors import ParameterError
 from accel_kit.serving.load import RequestResult
+from accel_kit.timing import PERCENTILES, percentiles  # noqa: F401 (PERCENTILES: read as stats.PERCENTILES)
 
-PERCENTILES = (50, 90, 99)
 #: MLPerf Inference v5.0, Llama 3.1 8B, server scenario: TTFT and TPOT limits at the 99th percentile
 MLPERF_SLO_S = (2.0, 0.1)
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -51,11 +51,6 @@ def parse_slo(value: Any) -> tuple[float, float]:
     return ttft, tpot
 
 
-def _percentiles(name: str, values: Sequence[float]) -> dict[str, float | None]:
-    arr = np.asarray([v for v in values if v is not None], dtype=float)
-    return {f"serve_{name}_p{q}_s": (float(np.percentile(arr, q)) if arr.size else None) for q in PERCENTILES}
-
-
 def load_metrics(results: Sequence[RequestResult], duration_s: float, slo_s: tuple[float, float]) -> dict[str, Any]:
     """The serving metrics of one load (names declared by the serve kind, ``accel_kit.engine.serve_measure``)."""
     ok = [r for r in results if r.error is None]
@@ -73,8 +68,8 @@ def load_metrics(results: Sequence[RequestResult], duration_s: float, slo_s: tup
         "goodput_pct": 100.0 * len(good) / len(results) if results else None,
         "slo_ttft_s": ttft_limit, "slo_tpot_s": tpot_limit,
     }
-    metrics |= _percentiles("ttft", [r.ttft_s for r in ok])
-    metrics |= _percentiles("tpot", [r.tpot_s for r in ok])
-    metrics |= _percentiles("itl", [gap for r in ok for gap in r.itl_s])
-    metrics |= _percentiles("e2e", [r.e2e_s for r in ok])
+    metrics |= percentiles([r.ttft_s for r in ok], "serve_ttft")
+    metrics |= percentiles([r.tpot_s for r in ok], "serve_tpot")
+    metrics |= percentiles([gap for r in ok for gap in r.itl_s], "serve_itl")
+    metrics |= percentiles([r.e2e_s for r in ok], "serve_e2e")
     return metrics
