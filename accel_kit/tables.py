@@ -28,7 +28,21 @@ LABELS = {
     "scaling_efficiency_pct": "scaling efficiency (%)", "speedup_vs_dense": "speedup over dense (x)",
     "time_median_s": "median time (s)", "loss_gap_pct": "loss gap over dense (%)",
     "ideal_speedup": "ideal speedup (x)", "loss_curve_run": "loss-curve run", "n_params": "parameters", "loss_last": "last loss (nats)",
+    # serving: the load and its latencies under the names people quote them by (TTFT, TPOT, ITL)
+    "prompt_tokens": "input (tokens)", "output_tokens": "output (tokens)", "input_len": "input (tokens)",
+    "output_len": "output (tokens)", "request_rate": "request rate (requests/s)",
+    "serve_requests_per_s": "requests/s", "serve_output_tokens_per_s": "output tokens/s",
+    "goodput_requests_per_s": "goodput (requests/s)", "goodput_pct": "goodput (% of requests)",
+    "slo_ttft_s": "SLO TTFT (s)", "slo_tpot_s": "SLO TPOT (s)", "serve_requests_failed": "failed requests",
+    "serve_server_start_s": "server start (s)",
+    **{f"serve_{name}_p{q}_s": f"{name.upper()} p{q} (s)" for name in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)},
 }
+# Words of metric names that are read as acronyms (or, for "hf", as the reference's name).
+ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end", "mfu": "MFU", "mbu": "MBU", "kv": "KV",
+            "hf": "transformers", "slo": "SLO", "a2a": "all-to-all"}
+# Counts shown as integers even where a column of them is float (a missing value makes pandas store floats).
+COUNTS = ("global_batch_size", "n_params", "steps", "prompt_tokens", "output_tokens", "input_len", "output_len",
+          "concurrency", "serve_requests_failed")
 # The point's identity: said once above the table when every row shares it.
 IDENTITY = ("system", "preset", "model", "precision", "devices", "impl", "direction", "seq_len", "micro_batch_size",
             "gas", "status", "vocab_size", "batch_size", "engine", "family", "layout", "dp", "tp", "pp", "cp")
@@ -66,9 +80,11 @@ def header(name: str) -> str:
     if name in LABELS:
         return LABELS[name]
     unit = metrics.METRICS[name].unit if name in metrics.METRICS else ("%" if name.endswith("_pct") else "")
-    words = name.replace("_", " ")
+    # a rate's "_per_s" is its unit's "/s": "prefill_tokens_per_s" reads "prefill tokens (tokens/s)"
+    words = (name[: -len("_per_s")] if name.endswith("_per_s") and unit.endswith("/s") else name).replace("_", " ")
     for suffix in (" gib", " pct", " s", " j", " w"):
         words = words[: -len(suffix)] if words.endswith(suffix) and unit not in ("", "1", "text", "bool") else words
+    words = " ".join(ACRONYMS.get(w, w) for w in words.split(" "))
     return f"{words} ({unit})" if unit not in ("", "1", "text", "bool", "nats") else words
 
 
@@ -81,8 +97,7 @@ def _cell(name: str, v) -> str:
         return ""
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, (int,)) or (isinstance(v, float) and v.is_integer() and name in IDENTITY + ("global_batch_size",
-                                                                                              "n_params", "steps")):
+    if isinstance(v, (int,)) or (isinstance(v, float) and v.is_integer() and name in IDENTITY + COUNTS):
         return f"{int(v):,}"
     if isinstance(v, float):
         if name.endswith("_pct"):
@@ -117,7 +132,7 @@ def readable(table: pd.DataFrame, records: pd.DataFrame, shown: list[str] | None
         if name == "record_id" or name in REPLACED or all(_empty(v) for v in col):
             continue
         values = [None if _empty(v) else v for v in col]
-        if (name in IDENTITY or not isinstance(values[0], float)) and name not in noise.RATES \
+        if (name in IDENTITY + COUNTS or not isinstance(values[0], float)) and name not in noise.RATES \
                 and len({str(v) for v in values}) == 1 and len(values) > 1:
             shared[LABELS.get(name, name.replace("_", " "))] = _cell(name, values[0])
             continue

@@ -1,18 +1,62 @@
-"""The inference study's offline-generation points end to end on the CPU: the CLI's smoke run, bad input, the
-notebook (papermill), and the kind's own answers (a family without a KV cache, percentiles)."""
+"""The inference study end to end on the CPU: the CLI's smoke run (offline points, and a serve point against a
+stand-in server), bad input (offline and serving), the notebook (papermill), the kind's own answers (a family
+without a KV cache, percentiles), and the study's tables, figures and findings from records."""
+import socket
+import sys
+import textwrap
+
 import pytest
 from cli_checks import fail_one_line
 
 from accel_kit import cli, metrics, results
 
+# An OpenAI-compatible stand-in: healthy at once, streams max_tokens one-word chunks, then the usage and [DONE]
+# (the real server's start is ~11 s; tests/test_serving.py runs transformers serve itself)
+_STREAMING_SERVER = textwrap.dedent("""
+    import http.server, json, sys, time
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+            for _ in range(body["max_tokens"]):
+                time.sleep(0.002)
+                self.wfile.write(b'data: {"choices": [{"text": " a"}]}\\n\\n'); self.wfile.flush()
+            usage = {"choices": [], "usage": {"completion_tokens": body["max_tokens"], "prompt_tokens": 4}}
+            self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\\n\\ndata: [DONE]\\n\\n")
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+""")
+
+
+def _stand_in_server(monkeypatch, tmp_path) -> None:
+    from accel_kit.serving import server as S
+
+    script = tmp_path / "server.py"
+    script.write_text(_STREAMING_SERVER)
+    monkeypatch.setattr(S, "check_engine", lambda engine: None)
+    monkeypatch.setattr(S, "server_command", lambda engine, model_dir, port, **kw: [sys.executable, str(script),
+                                                                                    str(port)])
+
 
 @pytest.mark.slow  # about 20 s on 2 busy cores: the bandwidth, the fork server with transformers, the reference
-def test_a_smoke_run_through_the_cli_gives_ok_records_with_percentiles_mfu_and_mbu(out_dir):
+def test_a_smoke_run_through_the_cli_gives_ok_records_with_percentiles_mfu_and_mbu(out_dir, monkeypatch, tmp_path):
     # one preset of the smoke profile (the notebook's nbval run covers both): two points, the first with the
-    # transformers reference (which the smoke profile leaves off)
+    # transformers reference (which the smoke profile leaves off); then one serve point, against the stand-in
+    _stand_in_server(monkeypatch, tmp_path)
     assert cli.main(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "presets", "[llama3-debug]",
-                     "-p", "hf_reference", "true", "--output-dir", str(out_dir), "-q"]) == 0
+                     "-p", "hf_reference", "true", "-p", "concurrencies", "[2]", "-p", "n_requests", "3",
+                     "-p", "serve_input_lens", "[8]", "-p", "serve_output_lens", "[4]", "--output-dir", str(out_dir),
+                     "-q"]) == 0
     recs = list(results.iter_records(out_dir / "inference" / "cpu.jsonl"))
+    served = recs.pop()
+    assert (served["status"], served["kind"], served["params"]["concurrency"]) == ("ok", "serve", 2), served["reason"]
+    m = served["metrics"]
+    assert m["serve_requests_ok"] == 3 and m["serve_output_tokens"] == 12 and not metrics.undeclared(m)
+    assert 0 < m["serve_tpot_p50_s"] <= m["serve_tpot_p99_s"] and m["goodput_requests_per_s"] > 0
+    assert (m["slo_ttft_s"], m["slo_tpot_s"]) == (2.0, 0.1)  # MLPerf Inference's Llama 3.1 8B server limits
     assert [(r["status"], r["kind"], r["params"]["batch_size"]) for r in recs] == [("ok", "generate", 1),
                                                                                   ("ok", "generate", 2)]
     for rec in recs:
@@ -40,6 +84,56 @@ def test_bad_input_is_one_line(capsys):
     err = fail_one_line(["run", "inference", "--system", "cpu", "--profile", "smoke", "-p", "presets", "[nope]"],
                         capsys)
     assert "unknown model preset 'nope'" in err
+
+
+_SMOKE = ["run", "inference", "--system", "cpu", "--profile", "smoke"]
+
+
+def test_a_request_rate_of_zero_is_one_line(capsys):
+    err = fail_one_line(_SMOKE + ["-p", "request_rates", "[0]"], capsys)
+    assert "request_rates" in err and "request_rate must be a positive number of requests per second" in err
+
+
+@pytest.mark.parametrize("slo", ["[0, 100ms]", "2000ms", "fast,slow"])
+def test_an_slo_that_is_not_two_positive_durations_is_one_line(capsys, slo):
+    err = fail_one_line(_SMOKE + ["-p", "slo", slo], capsys)
+    assert "parameter 'slo'" in err and "two positive durations" in err
+
+
+def test_an_engine_not_installed_is_one_line_naming_its_make_target(capsys, monkeypatch, tmp_path):
+    import importlib.util
+
+    from accel_kit.serving import server as S
+
+    monkeypatch.setattr(S, "VLLM_VENV", tmp_path / "no-venv")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    err = fail_one_line(_SMOKE + ["-p", "engine", "vllm", "-p", "concurrencies", "[1]"], capsys)
+    assert "engine vllm is not installed" in err and "make vllm" in err
+
+
+def test_a_server_port_already_taken_is_one_line(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        err = fail_one_line(_SMOKE + ["-p", "port", str(port), "-p", "concurrencies", "[1]"], capsys)
+    assert f"server port {port} is already taken" in err
+
+
+def test_serve_points_share_a_server_per_preset_and_carry_the_slo():
+    from accel_kit import studies
+    from accel_kit.studies import inference
+    from accel_kit.systems import load_system
+
+    params = studies.resolve("inference", "quick", serve_presets=["gpt2-debug", "llama3-debug"], slo="500ms,30ms")
+    points = inference.serve_points(params, load_system("cpu"))
+    assert [(p.preset, p.concurrency, p.request_rate) for p in points] == [
+        ("gpt2-debug", 1, None), ("gpt2-debug", 4, None), ("gpt2-debug", None, 4.0),
+        ("llama3-debug", 1, None), ("llama3-debug", 4, None), ("llama3-debug", None, 4.0)]
+    assert len({p.server_key() for p in points}) == 2 and {(p.slo_ttft_s, p.slo_tpot_s) for p in points} == {(.5, .03)}
+    smoke = studies.resolve("inference", "smoke")
+    assert smoke.serves() and len(inference.serve_points(smoke, load_system("cpu"))) == 1  # one server start
 
 
 def test_a_family_without_a_kv_cache_is_unsupported_with_the_reason(tmp_path):
@@ -86,12 +180,47 @@ def test_the_study_table_figures_and_findings_from_records():
     assert "our decode gives 1.25x (95 % CI" in said[1] and "greedy tokens equal" in said[1]
 
 
+def test_the_serving_table_figures_and_findings_from_records():
+    import pandas as pd
+
+    from accel_kit import tables
+    from accel_kit.studies import inference
+
+    def row(i, concurrency=None, rate=None, tpot_p99_s=0.05):
+        return {"system": "cpu", "kind": "serve", "status": "ok", "engine": "transformers", "preset": "gpt2-debug",
+                "precision": "fp32", "prompt_tokens": 8, "output_tokens": 4, "concurrency": concurrency,
+                "request_rate": rate, "record_id": f"s{i}", "point_key": f"s{i}", "timestamp": "2026-01-01T00:00:00",
+                "run_id": "x", "serve_requests_per_s": 2.0, "serve_output_tokens_per_s": 8.0 * (concurrency or 1),
+                "serve_ttft_p99_s": 0.5, "serve_tpot_p50_s": 0.04, "serve_tpot_p99_s": tpot_p99_s,
+                "goodput_requests_per_s": 2.0 if tpot_p99_s <= 0.1 else 0.0, "goodput_pct": 100.0,
+                "slo_ttft_s": 2.0, "slo_tpot_s": 0.1}
+
+    offline = {"system": "cpu", "kind": "generate", "status": "ok", "preset": "gpt2-debug", "precision": "fp32",
+               "batch_size": 1, "input_len": 16, "output_len": 8, "record_id": "g1", "point_key": "g1",
+               "timestamp": "2026-01-01T00:00:00", "run_id": "x", "decode_tokens_per_s": 50.0}
+    df = pd.DataFrame([offline, row(1, 1), row(2, 4, tpot_p99_s=0.2), row(3, rate=4.0)])
+    assert list(inference.table(df)["record_id"]) == ["g1"]  # the offline table has no serving row
+    served = inference.serve_table(df)
+    assert list(served["record_id"]) == ["s1", "s2", "s3"]  # concurrency points first, then the rates
+    shown = tables.readable(served, df)
+    assert {"TPOT p99 (s)", "goodput (requests/s)", "request rate (requests/s)"} <= set(shown.frame.columns)
+    assert list(shown.frame["concurrency"]) == ["1", "4", ""] and shown.shared["input (tokens)"] == "8"
+    figs = inference.figures(df)
+    assert {"inference_serve_tpot_concurrency", "inference_serve_goodput_concurrency",
+            "inference_serve_tpot_request_rate"} <= set(figs)
+    assert figs["inference_serve_tpot_concurrency"].layout.yaxis.title.text == "TPOT p99 (ms)"
+    said = [f["text"] for f in inference.findings(df)]
+    assert any("the SLO (p99 TTFT <= 2000 ms and TPOT <= 100 ms) holds up to concurrency 1;" in t and
+               "8.0 at concurrency 1, 32.0 at 4" in t for t in said), said
+
+
 @pytest.mark.slow
 def test_the_notebook_runs_the_smoke_profile(out_dir):
     from training_notebooks import run_notebook
 
+    # offline only: the nbval run of the committed notebook serves the smoke profile's point through a real server
     df = run_notebook("inference", out_dir, profile="smoke", output_dir=str(out_dir), presets=["llama3-debug"],
-                      batch_sizes=[1])
+                      batch_sizes=[1], concurrencies=[])
     assert list(df["status"]) == ["ok"] and df["tpot_p99_s"].notna().all()
     page = (out_dir / "inference.ipynb").read_text()
     assert "Report: " in page and "Decode throughput against batch" in page

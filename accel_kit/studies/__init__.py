@@ -88,15 +88,17 @@ class StudyRun:
         """The study's summary table of this run (the data: every column, the record ids)."""
         return study_module(self.study).table(self.df())
 
-    def summary(self):
+    def summary(self, table: str = "table"):
         """The table for people (``accel_kit.tables.readable``): the study's columns with units, a spread
         beside every throughput, rounded to what the noise supports; the trials and runs come from every
-        record of the folder, so a point re-run shows the range of its runs."""
+        record of the folder, so a point re-run shows the range of its runs. ``table``: the study's function
+        that builds it (a study with a second table, e.g. inference's ``serve_table``)."""
         from accel_kit import tables
 
         module = study_module(self.study)
         every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
-        return tables.readable(self.table(), every, getattr(module, "SHOWN", None))
+        shown = getattr(module, "SHOWN", None) if table == "table" else None
+        return tables.readable(getattr(module, table)(self.df()), every, shown)
 
     def findings(self) -> list[str]:
         """The study's findings over every system's records under ``study_dir`` (a difference is called one

@@ -7,8 +7,11 @@ against the datasheet and the measured memory bandwidth (measured once per run, 
 energy per output token where the device has a counter. The first point of each preset also times
 transformers' ``generate`` from the same weights (``hf_reference``).
 
-Serving (an OpenAI-compatible server under load) is the study's second kind of point: ``serve_points``
-is where its points join the offline ones; until that kind lands, the study runs offline points only.
+Serving is the study's second kind of point, ``serve`` (``accel_kit.engine.serve_measure``): each serve preset
+behind a real OpenAI-compatible server (``transformers serve`` or vLLM) on the loopback, under a fixed concurrency
+or Poisson arrivals at a request rate, seeded; request and output-token throughput, TTFT, TPOT, ITL and end-to-end
+latency at p50/p90/p99, and goodput under an SLO. They run after the offline points, one server per preset
+(``run_serve_points``); no concurrency and no request rate: no serving points.
 """
 from __future__ import annotations
 
@@ -16,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from typing import Literal
+
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
 from accel_kit import energy, identity, noise, results
 from accel_kit.engine.point import Point
 from accel_kit.params import PrecisionRequest, StudyParams
+from accel_kit.serving.load import check_load
+from accel_kit.serving.stats import MLPERF_SLO_S, parse_slo
 from accel_kit.systems import System
 
 STUDY = "inference"
@@ -45,13 +52,24 @@ class Params(StudyParams):
     time_budget_s: float | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=1800, gt=0)
     memory_limit_gib: float | None = Field(default=None, gt=0)
+    # ---- serving (the serve kind): every serve preset x input x output, under each concurrency and each rate
+    engine: Literal["transformers", "vllm"] = "transformers"  # transformers serve runs everywhere; vLLM: make vllm
+    serve_presets: list[str] | None = None  # None: the offline presets
+    concurrencies: list[PositiveInt] = [1, 4, 16, 64]  # requests in flight at once, one point each
+    request_rates: list[float] = []  # requests per second, Poisson arrivals seeded by `seed`, one point each
+    n_requests: PositiveInt = 64  # requests of one point's load
+    serve_input_lens: list[PositiveInt] = Field(default=[128], min_length=1)  # prompt tokens of each request
+    serve_output_lens: list[PositiveInt] = Field(default=[128], min_length=1)  # max_tokens of each request
+    # (TTFT, TPOT) limits goodput counts against: MLPerf Inference's Llama 3.1 8B server scenario by default
+    slo: tuple[float, float] = MLPERF_SLO_S
+    port: int | None = Field(default=None, ge=1, le=65535)  # the server's; None: the kernel picks a free one
 
-    @field_validator("presets")
+    @field_validator("presets", "serve_presets")
     @classmethod
-    def _known_presets(cls, value: list[str]) -> list[str]:
+    def _known_presets(cls, value: list[str] | None) -> list[str] | None:
         from accel_kit.models import get_config
 
-        for preset in value:
+        for preset in value or []:
             get_config(preset)  # one line naming the preset where it is none
         return value
 
@@ -59,19 +77,55 @@ class Params(StudyParams):
     @classmethod
     def _fits_positions(cls, value: list[int], info: ValidationInfo) -> list[int]:
         """An output longer than the model's positions is bad input, said before any point runs."""
-        from accel_kit.models import family_of, get_config
-
-        inputs = info.data.get("input_lens") or []
-        for preset in info.data.get("presets") or []:
-            cfg = get_config(preset)
-            try:
-                positions = family_of(cfg).context_length(cfg)
-            except NotImplementedError:  # a family that cannot generate: its points say so (unsupported)
-                continue
-            if inputs and max(inputs) + max(value) > positions:
-                raise ValueError(f"input {max(inputs)} + output {max(value)} tokens exceed the {positions} positions "
-                                 f"of {preset}")
+        _check_positions(info.data.get("presets") or [], info.data.get("input_lens") or [], value)
         return value
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float]) -> list[float]:
+        for rate in value:
+            check_load(None, rate)  # a rate of zero: one line
+        return value
+
+    @field_validator("serve_output_lens")
+    @classmethod
+    def _serve_fits_positions(cls, value: list[int], info: ValidationInfo) -> list[int]:
+        presets = info.data.get("serve_presets") or info.data.get("presets") or []
+        _check_positions(presets, info.data.get("serve_input_lens") or [], value)  # a server rejects it mid-load
+        return value
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _slo_pair(cls, value: Any) -> tuple[float, float]:
+        return parse_slo(value)  # two positive durations, in seconds or with units ("2000ms,100ms")
+
+    def serves(self) -> bool:
+        return bool(self.concurrencies or self.request_rates)
+
+
+def _check_positions(presets: list[str], inputs: list[int], outputs: list[int]) -> None:
+    """An input plus output longer than a preset's positions: one line naming both."""
+    from accel_kit.models import family_of, get_config
+
+    for preset in presets:
+        cfg = get_config(preset)
+        try:
+            positions = family_of(cfg).context_length(cfg)
+        except NotImplementedError:  # a family that cannot generate: its points say so (unsupported)
+            continue
+        if inputs and outputs and max(inputs) + max(outputs) > positions:
+            raise ValueError(f"input {max(inputs)} + output {max(outputs)} tokens exceed the {positions} positions "
+                             f"of {preset}")
+
+
+def check_serving(params: Params) -> None:
+    """What only this machine can answer, before any point: the engine installed (naming its make target) and the
+    port free; one line each (``accel_kit.serving.server``)."""
+    from accel_kit.serving.server import check_engine, pick_port
+
+    if params.serves():
+        check_engine(params.engine)
+        pick_port(params.port)
 
 
 def offline_points(params: Params, system: System, bandwidth: dict | None = None) -> list[Point]:
@@ -92,8 +146,20 @@ def offline_points(params: Params, system: System, bandwidth: dict | None = None
 
 
 def serve_points(params: Params, system: System) -> list[Point]:
-    """The serving kind's points (a server under load), declared beside the offline ones; none until it lands."""
-    return []
+    """Every serve preset x input x output under each concurrency, then each request rate; one preset's points in a
+    row, so they share one server (``ServePoint.server_key``)."""
+    from accel_kit.engine.serve_measure import ServePoint
+
+    choice = system.adapter_instance().resolve_precision(params.precision)
+    loads = [{"concurrency": c} for c in sorted(set(params.concurrencies))] + \
+        [{"request_rate": r} for r in sorted(set(params.request_rates))]
+    fixed = dict(system=system.id, precision=choice.precision, precision_reason=choice.reason, engine=params.engine,
+                 n_requests=params.n_requests, seed=params.seed, slo_ttft_s=params.slo[0], slo_tpot_s=params.slo[1],
+                 port=params.port)
+    return [ServePoint(preset=preset, prompt_tokens=t, output_tokens=n, **load, **fixed)
+            for preset in params.serve_presets or params.presets
+            for t in sorted(set(params.serve_input_lens)) for n in sorted(set(params.serve_output_lens))
+            for load in loads]
 
 
 def points(params: Params, system: System) -> list[Point]:
@@ -102,21 +168,49 @@ def points(params: Params, system: System) -> list[Point]:
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
         progress: bool = True, rerun: bool = False) -> list[dict]:
-    """The measured bandwidth first (once, a point of its own), then every point through the sweep runner, with the
-    matmul peak of the prefill's shapes measured before the first."""
+    """The measured bandwidth first (once, a point of its own), then every offline point through the sweep runner,
+    with the matmul peak of the prefill's shapes measured before the first; then the serve points in this process,
+    one server per preset (``run_serve_points``). The engine and the port are checked before anything runs."""
+    from accel_kit.engine.serve_measure import run_serve_points
     from accel_kit.engine.sweep import BandwidthReference, PeakReference, run_sweep
     from accel_kit.models import family_of, get_config
 
+    check_serving(params)
+    served = serve_points(params, system)
     measured = BandwidthReference(system.id, sizes_mib=tuple(params.bandwidth_mib),
                                   enabled=params.measure_bandwidth).get()
-    todo = offline_points(params, system, measured.to_dict() if measured else None) + serve_points(params, system)
+    offline = offline_points(params, system, measured.to_dict() if measured else None)
     cfg = get_config(params.presets[0])
     shapes = family_of(cfg).gemm_shapes(cfg, max(params.batch_sizes) * min(params.input_lens))
     peak = PeakReference(system.id, shapes, enabled=params.measure_peak)
-    in_points = set().union(*(type(p).model_fields for p in todo)) if todo else set()
+    in_points = set().union(*(type(p).model_fields for p in offline + served))
     extra = params.model_dump(exclude=in_points) | {"profile": profile}
-    return run_sweep(STUDY, todo, records_path=records_path, run_id=run_id, extra_params=extra,
-                     timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
+    records = run_sweep(STUDY, offline, records_path=records_path, run_id=run_id, extra_params=extra,
+                        timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
+    if served and progress:
+        print(f"serving: {len(served)} points through {params.engine} ({', '.join(p.label() for p in served)})",
+              flush=True)
+    records += run_serve_points(STUDY, served, system.adapter_instance(), records_path=records_path, run_id=run_id,
+                                extra_params=extra, rerun=rerun, deadline_s=params.timeout_s)
+    if served and progress:
+        print(serve_progress(records), flush=True)
+    return records
+
+
+def serve_progress(records: list[dict]) -> str:
+    """One line per serve record: its load, status and output tokens/s with p99 TPOT, or its reason."""
+    lines = []
+    for rec in records:
+        if rec.get("kind") != "serve":
+            continue
+        p, m = rec["params"], rec.get("metrics") or {}
+        load = f"concurrency {p['concurrency']}" if p.get("concurrency") else f"{p['request_rate']:g} req/s"
+        tpot = f"{1e3 * m['serve_tpot_p99_s']:.0f} ms" if m.get("serve_tpot_p99_s") is not None else "none"
+        said = (f"{m['serve_output_tokens_per_s']:.1f} output tokens/s, p99 TPOT {tpot}, "
+                f"goodput {m['goodput_requests_per_s']:.2f} req/s" if rec["status"] == "ok" else rec.get("reason"))
+        lines.append(f"  {p['preset']} in {p['prompt_tokens']} out {p['output_tokens']}, {load}: {rec['status']}: "
+                     f"{said}")
+    return "\n".join(lines)
 
 
 # ---- presentation -------------------------------------------------------------------------------
@@ -131,6 +225,8 @@ TABLE_METRICS = ["ttft_s", "prefill_tokens_per_s", "mfu_pct", "mfu_measured_pct"
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point (its latest record): TTFT and prefill rate, decode rate and TPOT percentiles, MFU and
     MBU both ways, the transformers reference where timed, energy and memory."""
+    if not df.empty and "kind" in df.columns:
+        df = df[df["kind"] != "serve"]  # serve_table's
     if df.empty:
         return df
     df = results.latest(identity.with_point_key(df))
@@ -139,6 +235,28 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in dict.fromkeys(cols) if c in df.columns]
     order = [k for k in TABLE_KEYS if k in keys] + [k for k in keys if k not in TABLE_KEYS]  # batch before the rest
     return df[cols].sort_values(order, kind="stable").reset_index(drop=True)
+
+
+SERVE_KEYS = ["system", "engine", "preset", "precision", "prompt_tokens", "output_tokens", "concurrency",
+              "request_rate"]
+SERVE_METRICS = ["serve_requests_per_s", "serve_output_tokens_per_s",
+                 *(f"serve_{name}_p{q}_s" for name in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)),
+                 "goodput_requests_per_s", "goodput_pct", "slo_ttft_s", "slo_tpot_s", "serve_requests_failed",
+                 "serve_server_start_s"]
+
+
+def serve_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per serve point (its latest record): request and output-token throughput, TTFT, TPOT, ITL and
+    end-to-end latency at p50/p90/p99 (seconds), goodput under the SLO beside the SLO, the server's start."""
+    if df.empty or "kind" not in df.columns or not (df["kind"] == "serve").any():
+        return df.iloc[0:0]
+    df = results.latest(identity.with_point_key(df[df["kind"] == "serve"]))
+    keys = [k for k in identity.with_varying(SERVE_KEYS, df) if k in df.columns]
+    cols = [c for c in dict.fromkeys(keys + ["status", *SERVE_METRICS, "reason", "record_id"]) if c in df.columns]
+    # concurrency points first (a rate point has none), each axis ascending
+    order = [k for k in keys if k not in ("concurrency", "request_rate")] + \
+        [k for k in ("concurrency", "request_rate") if k in keys]
+    return df[cols].sort_values(order, kind="stable", na_position="last").reset_index(drop=True)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -155,9 +273,10 @@ def figures(df: pd.DataFrame) -> dict:
 
     ok = _ok(df)
     if ok.empty:
-        return {}
+        return serve_figures(df)
     group = ["system", "preset"] + [f for f in ("input_len", "output_len") if f in ok.columns]
-    ok = ok.assign(ttft_ms=ok["ttft_s"] * 1e3, tpot_p50_ms=ok["tpot_p50_s"] * 1e3)
+    ok = ok.assign(**{f"{name}_ms": ok[f"{name}_s"] * 1e3 if f"{name}_s" in ok else float("nan")
+                      for name in ("ttft", "tpot_p50")})  # a record from before a metric existed lacks it
     hover = ["tpot_p90_s", "tpot_p99_s", "mbu_pct", "mbu_measured_pct", "mfu_pct", "record_id"]
     specs = {"inference_decode_throughput": ("decode_tokens_per_s", "Decode throughput against batch", "tokens/s"),
              "inference_prefill_throughput": ("prefill_tokens_per_s", "Prefill throughput against batch", "tokens/s"),
@@ -165,7 +284,37 @@ def figures(df: pd.DataFrame) -> dict:
              "inference_tpot": ("tpot_p50_ms", "Time per output token (p50) against batch", "TPOT p50 (ms)")}
     return {name: plots.line(ok, x="batch_size", y=y, group=group, title=title, x_title="batch size (sequences)",
                              y_title=y_title, log_x=True, hover=hover)
-            for name, (y, title, y_title) in specs.items() if ok[y].notna().any()}
+            for name, (y, title, y_title) in specs.items() if y in ok and ok[y].notna().any()} | serve_figures(df)
+
+
+def serve_figures(df: pd.DataFrame) -> dict:
+    """TPOT p99 and goodput against concurrency (log axis), and against the request rate where rates ran: one line
+    per system, engine, preset, input and output length."""
+    from accel_kit import plots
+
+    t = serve_table(df)
+    t = t[t["status"] == "ok"] if not t.empty else t
+    if t.empty:
+        return {}
+    t = t.assign(tpot_p99_ms=t["serve_tpot_p99_s"] * 1e3)
+    group = ["system", "engine", "preset", "prompt_tokens", "output_tokens"]
+    hover = ["serve_output_tokens_per_s", "serve_ttft_p99_s", "goodput_pct", "slo_ttft_s", "slo_tpot_s", "record_id"]
+    out = {}
+    for x, x_title, log_x in (("concurrency", "concurrency (requests in flight)", True),
+                              ("request_rate", "request rate (requests/s, Poisson)", False)):
+        part = t[t[x].notna()] if x in t.columns else t.iloc[0:0]
+        if part.empty:
+            continue
+        on = "concurrency" if x == "concurrency" else "request rate"
+        for name, y, title, y_title in (("tpot", "tpot_p99_ms", f"Time per output token (p99) against {on}",
+                                         "TPOT p99 (ms)"),
+                                        ("goodput", "goodput_requests_per_s", f"Goodput against {on}",
+                                         "goodput (requests/s meeting the SLO)")):
+            if part[y].notna().any():
+                out[f"inference_serve_{name}_{x}"] = plots.line(part, x=x, y=y, group=group, title=title,
+                                                                x_title=x_title, y_title=y_title, log_x=log_x,
+                                                                hover=hover)
+    return out
 
 
 def _measured(row: Any, rate: str) -> noise.Measured:
@@ -178,7 +327,7 @@ def findings(df: pd.DataFrame) -> list[dict]:
     """Per system, preset, input and output: the largest batch's decode tokens/s against batch 1's, and ours
     against transformers' where timed; each with the interval of the ratio of medians (``noise.ratio_text``)."""
     ok = _ok(df)
-    out: list[dict] = []
+    out: list[dict] = serve_findings(df)
     if ok.empty:
         return out
     for (system, preset, t, n), g in ok.groupby(["system", "preset", "input_len", "output_len"], sort=True):
@@ -197,3 +346,31 @@ def findings(df: pd.DataFrame) -> list[dict]:
                                 f"generate tokens/s (greedy tokens {same})", "record_ids": [row["record_id"]]})
     return out
 
+
+
+def serve_findings(df: pd.DataFrame) -> list[dict]:
+    """Per system, engine, preset, input and output over its concurrency points: the largest concurrency whose
+    p99 TTFT and p99 TPOT both meet the SLO (MLPerf Inference's rule), and the output tokens/s there against the
+    smallest concurrency's. One load per point: no interval, so the figures are stated, not compared as a gain."""
+    t = serve_table(df)
+    if t.empty or "concurrency" not in t.columns:
+        return []
+    t = t[(t["status"] == "ok") & t["concurrency"].notna()]
+    out = []
+    keys = [k for k in ("system", "engine", "preset", "prompt_tokens", "output_tokens") if k in t.columns]
+    for values, g in t.groupby(keys, sort=True):
+        g = g.sort_values("concurrency")
+        row = dict(zip(keys, values))
+        ttft, tpot = g.iloc[0]["slo_ttft_s"], g.iloc[0]["slo_tpot_s"]
+        meets = g[(g["serve_ttft_p99_s"] <= ttft) & (g["serve_tpot_p99_s"].fillna(0) <= tpot)]
+        slo = f"p99 TTFT <= {1e3 * ttft:g} ms and TPOT <= {1e3 * tpot:g} ms"
+        where = (f"{row.get('system')} ({row.get('engine')} serving {row.get('preset')}, in {row.get('prompt_tokens')}"
+                 f", out {row.get('output_tokens')})")
+        said = (f"the SLO ({slo}) holds up to concurrency {int(meets['concurrency'].max())}" if not meets.empty
+                else f"no concurrency meets the SLO ({slo})")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        if len(g) > 1:
+            said += (f"; output tokens/s {lo['serve_output_tokens_per_s']:.1f} at concurrency {int(lo['concurrency'])}"
+                     f", {hi['serve_output_tokens_per_s']:.1f} at {int(hi['concurrency'])} (one load each)")
+        out.append({"text": f"{where}: {said}", "record_ids": list(g["record_id"])})
+    return out
