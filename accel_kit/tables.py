@@ -16,6 +16,9 @@ import pandas as pd
 
 from accel_kit import metrics, noise, results
 
+# Words of metric names that are read as acronyms (or, for "hf", as the reference's name).
+ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end", "mfu": "MFU", "mbu": "MBU", "kv": "KV",
+            "hf": "transformers", "slo": "SLO", "a2a": "all-to-all"}
 # Headers whose words a metric's name does not give; the rest are the name's words with its unit.
 LABELS = {
     "micro_batch_size": "micro-batch", "gas": "GAS", "seq_len": "sequence (tokens)", "devices": "devices",
@@ -35,11 +38,8 @@ LABELS = {
     "goodput_requests_per_s": "goodput (requests/s)", "goodput_pct": "goodput (% of requests)",
     "slo_ttft_s": "SLO TTFT (s)", "slo_tpot_s": "SLO TPOT (s)", "serve_requests_failed": "failed requests",
     "serve_server_start_s": "server start (s)",
-    **{f"serve_{name}_p{q}_s": f"{name.upper()} p{q} (s)" for name in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)},
+    **{f"serve_{name}_p{q}_s": f"{ACRONYMS[name]} p{q} (s)" for name in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)},
 }
-# Words of metric names that are read as acronyms (or, for "hf", as the reference's name).
-ACRONYMS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end", "mfu": "MFU", "mbu": "MBU", "kv": "KV",
-            "hf": "transformers", "slo": "SLO", "a2a": "all-to-all"}
 # Counts shown as integers even where a column of them is float (a missing value makes pandas store floats).
 COUNTS = ("global_batch_size", "n_params", "steps", "prompt_tokens", "output_tokens", "input_len", "output_len",
           "concurrency", "serve_requests_failed")
