@@ -121,10 +121,10 @@ def test_kill_and_resume(out_dir):
     args = [sys.executable, "-m", "accel_kit.cli", "run", "microbenchmark", "--system", "cpu", "-q", "--no-figures",
             "-p", "preset", "gpt2-debug", "-p", "seq_len", "16", "-p", "batch_sizes", "[1, 2, 3]",
             "-p", "precisions", "[fp32]", "-p", "impls", "[native]", "-p", "measure_peak", "false",
-            # 200 trials per point, the four left after the kill (batch 2 and 3) the larger ones: the
+            # 60 trials per point, the four left after the kill (batch 2 and 3) the larger ones: the
             # kill after two records lands mid-sweep even though points start in well under a second
             # (the fork server)
-            "-p", "trials", "200", "-p", "time_budget_s", "100000"]  # (the quick budget judges by the first, slow iteration)
+            "-p", "trials", "60", "-p", "time_budget_s", "100000"]  # (the quick budget judges by the first, slow iteration)
     kill_and_resume(args, out_dir / "microbenchmark" / "cpu.jsonl", total=6)
 
 
