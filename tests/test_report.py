@@ -52,17 +52,20 @@ RUNS = {
     "genslm": dict(presets=["genslm-debug"], seq_lens=[64], quality_preset="genslm-debug", quality_steps=20,
                    synthetic_records=8, tokenizer="codon-71", precision="fp32", micro_batch_size=1, steps=2,
                    warmup_steps=1, lr=0.001, measure_peak=False, timeout_s=180),
+    # The bandwidth over 64 MiB arrays (about a second) for the decode's measured MBU; one serve point, the smoke
+    # profile's (gpt2-debug behind transformers serve, concurrency 2), for the serving table and figure.
     "inference": dict(presets=["llama3-debug"], precision="fp32", batch_sizes=[1, 2], input_lens=[8], output_lens=[4],
-                      trials=2, hf_reference=False, measure_peak=False, measure_bandwidth=False, timeout_s=180),
+                      trials=2, hf_reference=False, measure_peak=False, measure_bandwidth=True, bandwidth_mib=[64],
+                      timeout_s=180),
 }
 # The twin: three studies, one device and the length that fits (its other points read "not run").
 TWIN_RUNS = {"microbenchmark": RUNS["microbenchmark"], "scaling": dict(TRAIN, device_counts=[1]),
              "seq_length": dict(NO_SEQ, seq_lens=[16])}
 TABLES = ["systems-table", "models-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
-          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "inference-data", "what-if-errors",
-          "records-table"]
+          "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "inference-data",
+          "inference-serve-data", "what-if-errors", "records-table"]
 FIGURES = ["figure-3-plot", "figure-4-plot", "figure-5-plot", "figure-6-plot", "figure-7-plot", "figure-8-plot",
-           "figure-8-gap", "inference-plot", "what-if-plot"]
+           "figure-8-gap", "inference-plot", "inference-mbu-plot", "inference-serve-plot", "what-if-plot"]
 
 
 def _twin_root(path: Path) -> Path:
@@ -353,3 +356,38 @@ def test_models_table_shows_active_beside_total_parameters(machines, tmp_path):
     text = report.build_report(list(machines), out=tmp_path / "r.html").path.read_text()
     table = text.split('id="models-table"', 1)[1].split("</table>", 1)[0]
     assert "dense" in table and "gpt2-debug" in table
+
+
+def test_the_serve_table_spreads_a_load_over_its_runs_and_names_each_load():
+    # Hand-made serve records (the cell and pivot logic only; the machines fixture serves one real point): one
+    # concurrency point run twice (its output tokens/s spread is the range of the two runs: a load has no
+    # trials), one run once (no spread, and why), and a rate point.
+    from accel_kit.report.context import Context
+    from accel_kit.report.inference_section import inference_section
+    from accel_kit.report.records import RecordSet
+
+    def rec(i: int, key: str, tokens_per_s: float, concurrency=None, rate=None) -> dict:
+        return {"record_id": f"serve{i}", "run_id": f"run{i}", "timestamp": f"2026-01-0{i}T00:00:00",
+                "study": "inference", "kind": "serve", "system": "cpu", "status": "ok",
+                "params": {"kind": "serve", "point_key": key, "preset": "gpt2-debug", "precision": "fp32",
+                           "engine": "transformers", "prompt_tokens": 8, "output_tokens": 4,
+                           "concurrency": concurrency, "request_rate": rate},
+                "metrics": {"serve_output_tokens_per_s": tokens_per_s, "serve_requests_per_s": tokens_per_s / 4,
+                            "serve_ttft_p50_s": 0.01, "serve_ttft_p99_s": 0.02, "serve_tpot_p50_s": 0.003,
+                            "serve_tpot_p99_s": 0.004, "goodput_requests_per_s": tokens_per_s / 4,
+                            "goodput_pct": 100.0, "slo_ttft_s": 2.0, "slo_tpot_s": 0.1}}
+
+    runs = [rec(1, "c1", 10.0, concurrency=1), rec(2, "c1", 12.0, concurrency=1), rec(3, "c4", 30.0, concurrency=4),
+            rec(4, "r2", 20.0, rate=2.0)]
+    latest = runs[1:]
+    section = inference_section(Context(RecordSet(latest, [], runs=runs)))
+    table = next(t for t in section.tables if t.id == "inference-serve-data")
+    cells = {(key[:-1], key[-1]): cells[0] for key, cells in table.rows}
+    c1, c4, r2 = ("gpt2-debug", "transformers", "1", "-"), ("gpt2-debug", "transformers", "4", "-"), \
+        ("gpt2-debug", "transformers", "-", "2")
+    assert table.row_headers[:4] == ["preset", "engine", "concurrency", "request rate"]
+    assert cells[(c1, "output tokens/s")].value == 12.0 and cells[(c1, "output tokens/s spread")].value == 2.0
+    assert cells[(c4, "output tokens/s spread")].status == "not measured"
+    assert "one run of this load" in cells[(c4, "output tokens/s spread")].reason
+    assert cells[(r2, "TPOT p99 (ms)")].text == "4" and cells[(r2, "goodput (requests/s)")].value == 5.0
+    assert {div for div, _ in section.figures} == {"inference-serve-plot"}  # no generate records: no offline figure

@@ -74,6 +74,19 @@ class GeneratePoint(Point):
         return self.model_dump(exclude={"peak", "bandwidth", "system"})  # the measured figures go to the metrics
 
 
+def generation_work(family, cfg, batch: int, input_len: int, output_len: int, dtype_bytes: int) -> tuple[int, int, int]:
+    """(prefill FLOPs, FLOPs of every decode step, bytes every decode step reads) of one greedy generation of
+    ``batch`` prompts of ``input_len`` tokens to ``output_len`` new ones: what a ``generate`` record keeps, and what
+    the inference predictor (``accel_kit.predict.inference``) counts for a generation not run."""
+    prefill = family.prefill_flops(cfg, batch, input_len)
+    # decode step i (1 .. n-1) feeds token t + i - 1 and attends over t + i positions
+    lengths = range(input_len + 1, input_len + output_len)
+    flops = sum(family.decode_step_flops(cfg, batch, c) for c in lengths)
+    read = sum(family.decode_step_bytes(cfg, batch, c, weight_bytes=dtype_bytes, kv_bytes=dtype_bytes)
+               for c in lengths)
+    return prefill, flops, read
+
+
 class GenerateMeasurement(KindMeasurement):
     """Timed greedy generations of one batch; the prefill and each decode step read from each trial's Stopwatch."""
 
@@ -88,13 +101,9 @@ class GenerateMeasurement(KindMeasurement):
         self.total_len = point.input_len + point.output_len
         self.cfg = get_config(point.preset, seq_len=self.total_len)  # position tables for input plus output
         self.family = family_of(self.cfg)
-        b, t, n, e = point.batch_size, point.input_len, point.output_len, self.dtype.itemsize
-        self.prefill_flops = self.family.prefill_flops(self.cfg, b, t)
-        # decode step i (1 .. n-1) feeds token t + i - 1 and attends over t + i positions
-        lengths = range(t + 1, t + n)
-        self.decode_flops = sum(self.family.decode_step_flops(self.cfg, b, c) for c in lengths)
-        self.decode_bytes = sum(self.family.decode_step_bytes(self.cfg, b, c, weight_bytes=e, kv_bytes=e)
-                                for c in lengths)
+        b, e = point.batch_size, self.dtype.itemsize
+        self.prefill_flops, self.decode_flops, self.decode_bytes = generation_work(
+            self.family, self.cfg, b, point.input_len, point.output_len, e)
         self.kv_cache_bytes = self.family.kv_cache_bytes(self.cfg, b, self.total_len, e)
         shape = self.family.shape(self.cfg).record()
         self.base = {"prefill_flops": self.prefill_flops, "decode_flops": self.decode_flops,

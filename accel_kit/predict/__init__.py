@@ -45,6 +45,10 @@ class WhatIfParams(StudyParams):
     pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
     records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
+    # Inference (``WhatIf.inference``): the preset's greedy generations of each batch, prompt and output length.
+    inference_batch_sizes: list[PositiveInt] = [1]
+    inference_input_len: PositiveInt = 128  # prompt tokens
+    inference_output_len: PositiveInt = 128  # new tokens, the first with the prefill
 
     def check(self) -> None:
         """Refuse, in one line, a preset not known (a named one, or an ``hf:PATH`` config whose file cannot
@@ -84,6 +88,44 @@ class WhatIf:
     errors: pd.DataFrame
     record_dirs: list[str]
     notes: list[str] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list, repr=False)  # what the predictions learnt from
+
+    def inference(self, precision: str | None = None) -> pd.DataFrame:
+        """TTFT, TPOT and output tokens/s of the preset's greedy generations (``params.inference_*``), fitted on the
+        system's own offline-generation records (``accel_kit.predict.inference``); ``precision`` None: the one
+        most of them ran. One row per batch size, with the basis; empty (``inference_summary`` says why) without
+        records."""
+        from accel_kit.predict.inference import InferencePredictor, generation_shape
+
+        predictor = InferencePredictor(self.system, self.records)
+        precision = precision or next(iter(predictor.precisions()), None)
+        if precision is None:
+            return pd.DataFrame()
+        p = self.params
+        rows = []
+        for b in p.inference_batch_sizes:
+            shape = generation_shape(p.preset, batch_size=b, input_len=p.inference_input_len,
+                                     output_len=p.inference_output_len, precision=precision)
+            try:
+                rows.append(predictor.predict(shape).row())
+            except ValueError as exc:
+                rows.append({"system": self.system, "preset": p.preset, "batch_size": b, "basis": None,
+                             "why_not": str(exc)})
+        return pd.DataFrame(rows)
+
+    def inference_summary(self) -> str:
+        """The inference predictions' held-out error in words (leave-one-out over the system's generate points)."""
+        from accel_kit.predict.inference import error_summary, held_out
+
+        summary = error_summary(held_out(self.records, [self.system]))
+        if summary.empty:
+            return (f"inference held-out error: no ok generate records of {self.system} under "
+                    f"{', '.join(self.record_dirs)} (run the inference study there), so nothing is predicted")
+        r = summary.iloc[0]
+        return (f"inference held-out error ({self.system}, leave-one-out over its generate points): "
+                f"{int(r['predicted'])}/{int(r['points'])} points predicted; TTFT mean "
+                f"{_pct(r['ttft_mean_abs_error'])}, max {_pct(r['ttft_max_abs_error'])}; TPOT mean "
+                f"{_pct(r['tpot_mean_abs_error'])}, max {_pct(r['tpot_max_abs_error'])}")
 
     def table(self) -> pd.DataFrame:
         """One row per prediction; empty (with ``explain`` saying why) when none could be made."""
@@ -171,7 +213,7 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
         except AccelKitError as exc:  # e.g. no records and no datasheet: say so, predict the rest
             notes.append(f"cannot predict {n} device(s): {exc}")
     ho = held_out(records, [system], link_root=dirs[0])
-    return WhatIf(system, params, predictions, ho, error_summary(ho), dirs, notes)
+    return WhatIf(system, params, predictions, ho, error_summary(ho), dirs, notes, records)
 
 
 def _precision(requested: str, system, predictor: Predictor) -> str:

@@ -38,12 +38,15 @@ def derived(column: str, fmt=R.fmt_num, *, also: Callable[[pd.Series], list[str]
     return cell
 
 
-def rate(study: str, label: str, name: str) -> list[Quantity]:
+def rate(study: str, label: str, name: str, rates: tuple[str, ...] | None = None,
+         no_spread: str = "one trial and one run: noise not measured") -> list[Quantity]:
     """A throughput and, in the row below it, its spread (``Context.spreads``: the trials' IQR widened to the
     point's runs), both rounded to the digits the spread supports (``accel_kit.noise``). Below, not beside:
-    a pivot's columns are the systems, so a spread column per system would double the table's width."""
+    a pivot's columns are the systems, so a spread column per system would double the table's width.
+    ``rates``: the study's rates to spread, ``name`` among them (None: ``noise.RATES``); ``no_spread``: what a
+    blank spread means."""
     def band(ctx: Context, row: pd.Series, rec: dict) -> tuple[float | None, float]:
-        spreads = ctx.spreads(study)
+        spreads = ctx.spreads(study, rates)
         value = (rec.get("metrics") or {}).get(name)
         found = rec["record_id"] in spreads.index and f"{name}_spread" in spreads.columns
         spread = spreads.at[rec["record_id"], f"{name}_spread"] if found else float("nan")
@@ -58,8 +61,7 @@ def rate(study: str, label: str, name: str) -> list[Quantity]:
     def spread(ctx: Context, row: pd.Series, rec: dict) -> Cell:
         v, spread = band(ctx, row, rec)
         places = noise.decimals(spread, v)
-        return R.value_cell(spread, [rec["record_id"]], lambda x: noise.fmt(x, places),
-                            reason="one trial and one run: noise not measured")
+        return R.value_cell(spread, [rec["record_id"]], lambda x: noise.fmt(x, places), reason=no_spread)
     return [(label, value), (f"{label} spread", spread)]
 
 

@@ -9,7 +9,7 @@ computes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -55,7 +55,7 @@ class Context:
         self.cite = Citations(records.by_id)
         self.systems = records.systems
         self._frames: dict[str, pd.DataFrame] = {}
-        self._spreads: dict[str, pd.DataFrame] = {}
+        self._spreads: dict[tuple, pd.DataFrame] = {}
 
     def rec(self, record_id: str) -> dict:
         return self.records.by_id[record_id]
@@ -72,17 +72,21 @@ class Context:
             self._frames[name] = df
         return self._frames[name]
 
-    def spreads(self, name: str) -> pd.DataFrame:
+    def spreads(self, name: str, rates: Iterable[str] | None = None) -> pd.DataFrame:
         """Each point's latest record of the study with its spread, by record id: ``accel_kit.noise.with_spread``
-        per point key (the trials' IQR, widened to the runs of the point), what tables and findings read."""
-        if name not in self._spreads:
-            from accel_kit import noise
+        per point key (the trials' IQR, widened to the runs of the point), what tables and findings read.
 
+        ``rates``: the rates to spread (None: ``noise.RATES``, the timed ones); one outside them (a served load's
+        ``serve_output_tokens_per_s``: one load per run, no trials) spreads over the point's runs only."""
+        from accel_kit import noise
+
+        rates = tuple(noise.RATES if rates is None else rates)
+        if (name, rates) not in self._spreads:
             df = self.records.study_runs(name)  # every run: a point's spread widens to their range
             if not df.empty:
-                df = noise.with_spread(df)
-            self._spreads[name] = df.set_index("record_id") if not df.empty else df
-        return self._spreads[name]
+                df = noise.with_spread(df, rates)
+            self._spreads[(name, rates)] = df.set_index("record_id") if not df.empty else df
+        return self._spreads[(name, rates)]
 
     def has(self, study: str, system: str) -> bool:
         df = self.study(study)

@@ -4,7 +4,7 @@
 The sections live by concern: the framework (``Context``, ``Section``) in
 ``accel_kit.report.context``, pivots in ``pivot``, the cell helpers in ``cells``, the Systems
 section in ``systems_section``, Tables II-IV in ``tables``, Figures 3-8 in ``figures`` and the
-what-if section in ``what_if``, offline generation in ``inference_section``. ``SECTIONS`` is the
+what-if section in ``what_if``, offline generation and serving in ``inference_section``. ``SECTIONS`` is the
 page's order: a new section is one more function appended there.
 """
 from __future__ import annotations

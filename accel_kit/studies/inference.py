@@ -245,6 +245,11 @@ SERVE_METRICS = ["serve_requests_per_s", "serve_output_tokens_per_s",
                  "serve_server_start_s"]
 
 
+# The serve rates a table spreads (``noise.with_spread``): one load per run, no trials, so a point's spread is the
+# range of its runs, blank for a point run once.
+SERVE_RATES = ("serve_output_tokens_per_s", "serve_requests_per_s", "goodput_requests_per_s")
+
+
 def serve_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per serve point (its latest record): request and output-token throughput, TTFT, TPOT, ITL and
     end-to-end latency at p50/p90/p99 (seconds), goodput under the SLO beside the SLO, the server's start."""
@@ -284,7 +289,28 @@ def figures(df: pd.DataFrame) -> dict:
              "inference_tpot": ("tpot_p50_ms", "Time per output token (p50) against batch", "TPOT p50 (ms)")}
     return {name: plots.line(ok, x="batch_size", y=y, group=group, title=title, x_title="batch size (sequences)",
                              y_title=y_title, log_x=True, hover=hover)
-            for name, (y, title, y_title) in specs.items() if y in ok and ok[y].notna().any()} | serve_figures(df)
+            for name, (y, title, y_title) in specs.items() if y in ok and ok[y].notna().any()} \
+        | mbu_figure(ok, group) | serve_figures(df)
+
+
+def mbu_figure(ok: pd.DataFrame, group: list[str]) -> dict:
+    """The decode's MBU against batch, one panel per bandwidth it is read against (the datasheet's, the measured
+    one) where any record has it, one colour per system, preset, input and output: how close a decode step comes to
+    the memory bandwidth on each system."""
+    from accel_kit import plots
+
+    refs = {"datasheet bandwidth": "mbu_pct", "measured bandwidth": "mbu_measured_pct"}
+    parts = [ok.assign(bandwidth=label, mbu=ok[col]) for label, col in refs.items()
+             if col in ok.columns and ok[col].notna().any()]
+    if not parts:
+        return {}
+    long = pd.concat(parts, ignore_index=True).dropna(subset=["mbu"])
+    return {"inference_decode_mbu": plots.grouped_bars(
+        long, x="batch_size", y="mbu", facet="bandwidth", group=group, title="Decode memory-bandwidth utilisation",
+        x_title="batch size (sequences)", y_title="MBU (% of the bandwidth)", facet_order=list(refs),
+        hover=["decode_gbps", "tpot_p50_s", "record_id"],
+        note="the bytes a decode step reads (weights once, the KV cache at its length) over the median trial's "
+             "step time")}
 
 
 def serve_figures(df: pd.DataFrame) -> dict:
@@ -300,6 +326,12 @@ def serve_figures(df: pd.DataFrame) -> dict:
     group = ["system", "engine", "preset", "prompt_tokens", "output_tokens"]
     hover = ["serve_output_tokens_per_s", "serve_ttft_p99_s", "goodput_pct", "slo_ttft_s", "slo_tpot_s", "record_id"]
     out = {}
+    curve = t[t["tpot_p99_ms"].notna() & t["serve_output_tokens_per_s"].notna()]
+    if not curve.empty:  # every load of a line, concurrency and rate alike: the latency each throughput costs
+        out["inference_serve_throughput_latency"] = plots.line(
+            curve, x="tpot_p99_ms", y="serve_output_tokens_per_s", group=group,
+            title="Serving: output throughput against TPOT p99", x_title="TPOT p99 (ms)",
+            y_title="output tokens/s", hover=[c for c in ("concurrency", "request_rate") if c in curve] + hover)
     for x, x_title, log_x in (("concurrency", "concurrency (requests in flight)", True),
                               ("request_rate", "request rate (requests/s, Poisson)", False)):
         part = t[t[x].notna()] if x in t.columns else t.iloc[0:0]
