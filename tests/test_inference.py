@@ -41,6 +41,25 @@ def _stand_in_server(monkeypatch, tmp_path) -> None:
                                                                                     str(port)])
 
 
+@pytest.mark.slow  # a stand-in server's start
+def test_a_serve_point_runs_where_an_event_loop_already_runs(monkeypatch, tmp_path):
+    # A Jupyter kernel runs its cells inside an asyncio loop, where asyncio.run refuses to start another:
+    # make run's notebook served nothing but "asyncio.run() cannot be called from a running event loop".
+    import asyncio
+
+    from accel_kit.engine import serve_measure as SM
+
+    _stand_in_server(monkeypatch, tmp_path)
+    point = SM.ServePoint(system="cpu", precision="fp32", preset="gpt2-debug", concurrency=2, n_requests=3,
+                          prompt_tokens=4, output_tokens=3, warmup_requests=0, start_timeout_s=60)
+
+    async def a_cell():
+        return SM.measure_points([point], tmp_path / "models")
+
+    (result,) = asyncio.run(a_cell())
+    assert result.status == "ok", (result.reason, result.traceback)
+
+
 @pytest.mark.slow  # about 20 s on 2 busy cores: the bandwidth, the fork server with transformers, the reference
 def test_a_smoke_run_through_the_cli_gives_ok_records_with_percentiles_mfu_and_mbu(out_dir, monkeypatch, tmp_path):
     # one preset of the smoke profile (the notebook's nbval run covers both): two points, the first with the

@@ -58,3 +58,50 @@ def test_stopwatch_syncs_around_each_region_and_totals_a_step():
     two, none, one = watch.times_s
     # (only lower bounds: a sleep lasts at least its time, however busy the machine)
     assert none == 0 and two >= 0.02 and one >= 0.01
+
+
+class _Clock:
+    """A clock the work advances: iteration k takes ``durations_s[k]`` seconds, whatever the machine does."""
+
+    def __init__(self, durations_s):
+        self.now, self.durations_s, self.calls = 0.0, list(durations_s), 0
+
+    def perf_counter(self):
+        return self.now
+
+    def work(self):
+        self.now += self.durations_s[self.calls]
+        self.calls += 1
+
+
+@pytest.mark.parametrize("durations_s, runs, skipped", [
+    # a slow first iteration (one-time costs) then fast ones: the second judges, and the point runs
+    ([0.9] + [0.06] * 159, 160, False),
+    # slow throughout: skipped after the second iteration, one more than the first alone would have run
+    ([0.9] * 160, 2, True),
+    # the first within budget: no second look
+    ([0.1] * 160, 160, False),
+])
+def test_the_budget_is_judged_again_by_the_second_iteration(monkeypatch, durations_s, runs, skipped):
+    import accel_kit.timing as T
+
+    clock = _Clock(durations_s)
+    monkeypatch.setattr(T, "time", clock)
+    if skipped:
+        with pytest.raises(T.OverBudget, match=r"estimated 144 s \(the first iteration 0.90 s, the 159 others at "
+                                               r"0.90 s, the second's\) exceeds the time budget of 120 s"):
+            measure(clock.work, lambda: None, warmup=10, trials=150, budget_s=120)
+    else:
+        t = measure(clock.work, lambda: None, warmup=10, trials=150, budget_s=120)
+        assert len(t.times_s) == 150
+    assert clock.calls == runs
+
+
+def test_a_single_iteration_over_budget_is_judged_by_itself(monkeypatch):
+    import accel_kit.timing as T
+
+    clock = _Clock([5.0])
+    monkeypatch.setattr(T, "time", clock)
+    # one timed trial and 9 iterations the caller runs after: no second one here to judge by
+    with pytest.raises(T.OverBudget, match=r"estimated 50 s \(10 iterations at 5.00 s, the first one's time\)"):
+        measure(clock.work, lambda: None, warmup=0, trials=1, budget_s=20, extra_iterations=9)

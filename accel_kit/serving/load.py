@@ -18,6 +18,7 @@ count of requests, each request's timeout, and the point's deadline (requests st
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import random
 import time
@@ -186,4 +187,11 @@ def run_load(load: Load, base_url: str, model: str, model_dir: Path, engine: str
              ) -> tuple[list[RequestResult], float]:
     """Run ``load`` against the server at ``base_url``; returns each request's result and the load's wall time."""
     prompts = make_prompts(model_dir, load.n_requests, load.prompt_tokens, load.seed)
-    return asyncio.run(_run(load, base_url, model, prompts, engine))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread (the CLI, a script): run one here
+        return asyncio.run(_run(load, base_url, model, prompts, engine))
+    # A loop already runs in this thread (a Jupyter kernel runs its cells inside one), and asyncio.run
+    # refuses to nest: the load gets a loop of its own in a thread, and this call waits for it.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="accel-kit-load") as pool:
+        return pool.submit(asyncio.run, _run(load, base_url, model, prompts, engine)).result()
