@@ -131,7 +131,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(run.table().to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(run.explain())
     print(run.held_out_summary())
-    if not run.predictions:
+    inference = run.inference()  # (empty where the system has no offline-generation records: the summary says so)
+    if not inference.empty:
+        print(f"greedy generation, input {run.params.inference_input_len} / output {run.params.inference_output_len} "
+              f"tokens:")
+        with pd.option_context("display.width", 200, "display.max_columns", 30):
+            print(inference.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(run.inference_summary())
+    if not run.predictions and ("ttft_s" not in inference or inference["ttft_s"].isna().all()):
         raise AccelKitError(f"nothing predicted for {args.system}: " + "; ".join(run.notes))
     return 0
 

@@ -104,7 +104,7 @@ def generate_records(tmp_path_factory):
 
 
 @pytest.mark.slow  # four real generate points, a worker process each
-def test_real_records_give_finite_positive_predictions_and_a_held_out_error(generate_records):
+def test_real_records_give_finite_positive_predictions_and_a_held_out_error(generate_records, capsys):
     records = load_records([generate_records])
     ok = [r for r in records if r["status"] == "ok"]
     assert len(ok) == 4
@@ -124,6 +124,13 @@ def test_real_records_give_finite_positive_predictions_and_a_held_out_error(gene
     assert list(table["batch_size"]) == [1, 4] and (table["basis"] == "records").all()
     assert (table["ttft_s"] > 0).all() and (table["tpot_s"] > 0).all() and (table["output_tokens_per_s"] > 0).all()
     assert "4/4 points predicted" in run.inference_summary()
+    # accel-kit predict prints them, and succeeds on inference records alone (no training record to predict from)
+    from accel_kit import cli
+
+    assert cli.main(["predict", "--system", "cpu", "--profile", "smoke", "--preset", "gpt2-debug",
+                     "--records", str(generate_records), "-p", "devices", "[1]"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy generation, input 128 / output 128 tokens:" in out and "4/4 points predicted" in out
 
 
 def test_the_what_if_says_so_without_generate_records(tmp_path):
