@@ -63,7 +63,7 @@ TWIN_RUNS = {"microbenchmark": RUNS["microbenchmark"], "scaling": dict(TRAIN, de
              "seq_length": dict(NO_SEQ, seq_lens=[16])}
 TABLES = ["systems-table", "models-table", "table-2-scaling", "table-3-seq-length", "table-4-genslm", "figure-3-data",
           "figure-4-data", "figure-6-data", "figure-7-data", "figure-8-data", "inference-data",
-          "inference-serve-data", "what-if-errors", "records-table"]
+          "inference-serve-data", "what-if-errors", "what-if-inference-errors", "records-table"]
 FIGURES = ["figure-3-plot", "figure-4-plot", "figure-5-plot", "figure-6-plot", "figure-7-plot", "figure-8-plot",
            "figure-8-gap", "inference-plot", "inference-mbu-plot", "inference-serve-plot", "what-if-plot"]
 
