@@ -57,11 +57,19 @@ class MixtureOfExperts(Family):
         return MoEModel(cfg, activation_checkpointing=activation_checkpointing)
 
     def build_layer(self, cfg: MoEConfig, impl: str = "native") -> nn.Module:
-        """One MoE layer (never a dense one): ours, or transformers' decoder layer of ``cfg.hf_architecture``."""
+        """One MoE layer (never a dense one): ours, or transformers' decoder layer of ``cfg.hf_architecture``
+        holding the weights ours has from the same seed."""
         if impl == "native":
             return MoEBlock(cfg)
         if impl == "hf":
-            return moe_hf.HFMoELayer(cfg)
+            # Our layer's weights under transformers' names: the two impls then time the same weights (one seed
+            # gives both). transformers' experts are torch.empty until a whole model's post_init, and a lone
+            # layer has none: its 2.4 GB of Qwen3-30B-A3B experts were untouched pages, all one zero page the
+            # cache holds, and its products ran 15x faster than on real weights' bandwidth.
+            ours = MoEBlock(cfg)  # first: transformers' constructors draw from the generator too
+            layer = moe_hf.HFMoELayer(cfg)
+            layer.layer.load_state_dict(moe_hf.to_hf_names(ours.state_dict(), cfg))
+            return layer
         raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")
 
     # --- shape and work
