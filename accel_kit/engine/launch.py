@@ -118,6 +118,15 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
     raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
 
 
+def rendezvous_endpoint(cmd: list[str], env: dict[str, str]) -> str | None:
+    """Where a point's ranks meet (``host:port``, as ``worker_command`` gave it): torchrun's c10d endpoint, else
+    the ranks' MASTER_ADDR:MASTER_PORT; None for a local point (its rendezvous is this machine's)."""
+    endpoint = next((word.split("=", 1)[1] for word in cmd if word.startswith("--rdzv_endpoint=")), None)
+    if endpoint is None and "MASTER_ADDR" in env:
+        endpoint = f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
+    return endpoint
+
+
 def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: bool | None = None) -> list[str]:
     """One torchrun per node (started by srun inside a Slurm job, else by mpiexec, one per node), meeting at
     a c10d rendezvous on ``host:port``; each starts its node's share of the ``devices`` ranks.
@@ -146,8 +155,8 @@ PBS_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{PBS_O_WORKDIR:-$workdir}}"
-# Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit{setup}
-accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
 SLURM_TEMPLATE = """#!/bin/bash
@@ -162,8 +171,8 @@ SLURM_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
-# Activate the environment accel-kit is installed in.{setup}
-accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
 
@@ -193,8 +202,8 @@ def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int,
         raise ParameterError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     if nodes < 1:
         raise ParameterError(f"--nodes must be at least 1, got {nodes}")
-    if devices_per_node < 1:
-        raise ParameterError(f"system {system!r} has {devices_per_node} devices per node; a job needs at least 1")
+    if devices_per_node < 1:  # (a system's YAML cannot say less than 1: this is --devices-per-node)
+        raise ParameterError(f"--devices-per-node must be at least 1, got {devices_per_node}")
     match = _WALLTIME.fullmatch(walltime)
     if not match or not any(int(part) for part in match.groups()):
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "

@@ -32,7 +32,7 @@ from accel_kit import energy, peaks, results
 from accel_kit.atomic import output_errors
 import accel_kit.engine.forkserver as forkserver
 from accel_kit.engine import kinds
-from accel_kit.engine.launch import worker_command
+from accel_kit.engine.launch import rendezvous_endpoint, worker_command
 from accel_kit.engine.point import Point
 from accel_kit.engine.result import Result, failed, is_oom_text
 
@@ -120,7 +120,11 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
             oom = is_oom_text(text) or finished.returncode == -9  # (SIGKILL: the kernel's OOM killer, most often)
             result = failed("oom" if oom else "error", f"worker exited with status {finished.returncode}: {text[-300:]}",
                             traceback=_tail(finished.output, 60))
-    result.env = (result.env or results.environment()) | {"point_start": start}
+    # How its ranks started and met (the hosts they ran on are the worker's to say: env.hosts).
+    started = {"launcher": launcher}
+    if launcher != "local":
+        started["rendezvous"] = rendezvous_endpoint(cmd, extra_env)
+    result.env = (result.env or results.environment()) | {"point_start": start} | started
     return result
 
 
