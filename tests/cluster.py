@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -115,6 +116,8 @@ class Cluster:
     # ------------------------------------------------------------------------------------------- bring up
     def start(self) -> "Cluster":
         atexit.register(self.stop)  # Ctrl-C, or a test session that ends without its fixtures' teardown
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a CI's SIGTERM: exit through atexit as well
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             self._network()
             self._munge()
@@ -183,7 +186,8 @@ class Cluster:
             (s / sub).mkdir()
         cpus = len(os.sched_getaffinity(0))
         conf = {
-            "ClusterName": self.prefix, "SlurmctldHost": f"{self.host}({self.controller})",  # (slurmctld wants its own name)
+            # (SlurmctldHost: slurmctld wants its own host's name)
+            "ClusterName": self.prefix, "SlurmctldHost": f"{self.host}({self.controller})",
             "SlurmctldPort": _free_port(), "SlurmdPort": 6818, "SlurmUser": "root", "SlurmdUser": "root",
             "AuthType": "auth/munge", "AuthInfo": f"socket={self.munge_socket}", "CredType": "cred/munge",
             "ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none", "MpiDefault": "none",
@@ -193,7 +197,10 @@ class Cluster:
             "SlurmctldPidFile": s / "slurmctld.pid", "SlurmdPidFile": s / "slurmd-%n.pid",
             "SlurmctldLogFile": s / "slurmctld.log", "SlurmdLogFile": s / "slurmd-%n.log",
             "SlurmctldDebug": "info", "SlurmdDebug": "info", "ReturnToService": 2, "SlurmdTimeout": 30,
-            "InactiveLimit": 0, "KillWait": 2, "MailProg": shutil.which("true"), "MessageTimeout": 10, "PlugStackConfig": s / "plugstack.conf",
+            "InactiveLimit": 0, "KillWait": 2,
+            # the scheduler every second, not every 30-60 s: a job submitted as the last one ends starts at once
+            "SchedulerParameters": "bf_interval=1,sched_interval=1", "MailProg": shutil.which("true"),
+            "MessageTimeout": 10, "PlugStackConfig": s / "plugstack.conf",
         }
         (s / "plugstack.conf").write_text("")  # none of the host's SPANK plugins
         lines = [f"{k}={v}" for k, v in conf.items()]
@@ -208,6 +215,28 @@ class Cluster:
 
     def _slurmd(self, node: str) -> None:
         self._daemon(f"slurmd-{node}", self.in_node(node, f"exec slurmd -D -N {node} -f {self.conf}"))
+
+    def stop_node(self, node: str) -> None:
+        """A node that is lost: its slurmd ended (by its id) and the node marked down, as slurmctld would mark it
+        once the node missed SlurmdTimeout (30 s) of pings."""
+        _end(self.procs[f"slurmd-{node}"])
+        self.client(["scontrol", "update", f"nodename={node}", "state=down", "reason=stopped by the test"])
+
+    def start_node(self, node: str) -> None:
+        """Its slurmd again; the node returns to service when it registers (ReturnToService=2)."""
+        self._slurmd(node)
+        wait_for(f"{node} idle again", self._all_idle, log=self.scratch / f"slurmd-{node}.log")
+
+    def worker_pids(self, node: str) -> list[int]:
+        """The accel-kit worker ranks running on ``node`` (in its namespace: started by this cluster's jobs)."""
+        found = []
+        for pid in self.pids_in(self.namespace(node)):
+            try:
+                if b"accel_kit.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:  # ended meanwhile
+                pass
+        return found
 
     def _daemon(self, name: str, cmd: list[str]) -> None:
         log = open(self.scratch / f"{name}.out", "wb")
@@ -238,6 +267,48 @@ class Cluster:
     def client(self, cmd: list[str], *, timeout_s: float = 30, check: bool = True) -> subprocess.CompletedProcess:
         """A Slurm client command (sinfo, sbatch, scontrol) against this cluster."""
         return _run(cmd, timeout_s=timeout_s, check=check, env=self.env)
+
+    def ssh_shim(self) -> Path:
+        """A stand-in for ssh (there is no sshd on these nodes): ``shim [-opts] HOST CMD...`` runs CMD on HOST, inside
+        its namespaces; MPICH's Hydra starts its proxies with it outside Slurm (HYDRA_LAUNCHER_EXEC)."""
+        shim = self.scratch / "ssh-shim"
+        nodes = " ".join(self.nodes)
+        shim.write_text(f"""#!/bin/sh
+# {shim.name}: ssh's interface, a node of this test cluster's namespaces instead of a remote host
+while [ $# -gt 0 ] && [ "${{1#-}}" != "$1" ]; do shift; done
+host=$1; shift
+case " {nodes} " in *" $host "*) ;; *) echo "{shim.name}: unknown host $host" >&2; exit 255;; esac
+exec nsenter --net=/run/netns/{self.prefix}-$host unshare --uts --mount --propagation private \
+  sh -c 'hostname "$0" && mount --bind {self.scratch / "hosts"} /etc/hosts && exec sh -c "$*"' "$host" "$@"
+""")
+        shim.chmod(0o755)
+        return shim
+
+    def submit(self, script: Path, env: dict[str, str]) -> int:
+        """``sbatch`` the script from its folder (its output in job.out there); the job's id."""
+        out = _run(["sbatch", "--parsable", f"--chdir={script.parent}", f"--output={script.parent / 'job.out'}",
+                    str(script)], env=self.env | env).stdout
+        return int(out.strip().split(";")[0])
+
+    def wait_job(self, job: int, timeout_s: float) -> tuple[str, str]:
+        """The job's end state and exit code (``COMPLETED``, ``0:0``), polled every POLL_S (``sbatch --wait`` polls
+        at growing intervals: it added up to 30 s to a 10 s job); past ``timeout_s`` the job is cancelled and
+        this raises."""
+        def ended():
+            out = self.client(["scontrol", "-o", "show", "job", str(job)], check=False).stdout
+            fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
+            state = fields.get("JobState", "")
+            done = state not in ("", "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED")
+            return (state, fields.get("ExitCode", "")) if done else None
+        try:
+            return wait_for(f"job {job} ended", ended, timeout_s=timeout_s)
+        except RuntimeError:
+            self.client(["scancel", "--full", str(job)], check=False)
+            raise
+
+    def job_state(self, job: int) -> str:
+        out = self.client(["scontrol", "-o", "show", "job", str(job)], check=False).stdout
+        return dict(word.split("=", 1) for word in out.split() if "=" in word).get("JobState", "")
 
     def pids_in(self, ns: str) -> list[int]:
         out = _run(["ip", "netns", "pids", ns], check=False).stdout
@@ -271,12 +342,29 @@ class Cluster:
 
     def leftovers(self) -> list[str]:
         """What of this harness's is still here: namespaces, links, live processes, the scratch folder."""
-        left = [f"namespace {ns}" for ns in _run(["ip", "netns", "list"]).stdout.split() if ns.startswith(self.prefix)]
-        left += [f"link {line.split(':')[1].strip()}" for line in _run(["ip", "-o", "link"]).stdout.splitlines()
-                 if line.split(":")[1].strip().split("@")[0].startswith(self.prefix)]
-        left += [f"process {name} ({p.pid})" for name, p in self.procs.items() if p.poll() is None]
-        left += [f"folder {self.scratch}"] if self.scratch.exists() else []
-        return left
+        return leftovers(self.prefix, self.scratch, [p.pid for p in self.procs.values() if p.poll() is None])
+
+
+def leftovers(prefix: str, scratch: Path, pids: list[int]) -> list[str]:
+    """What of the cluster named ``prefix`` is still here: its namespaces and links, which of its daemons' ``pids``
+    still run (a reaped one is gone; another process's zombie is not ours to reap), its scratch folder."""
+    ours = re.compile(rf"{prefix}(-.+|br|h\d+|n\d+)")  # (the names Cluster gives; not another run's akc12345)
+    left = [f"namespace {ns}" for ns in _run(["ip", "netns", "list"]).stdout.split() if ours.fullmatch(ns)]
+    links = [line.split(":")[1].strip().split("@")[0] for line in _run(["ip", "-o", "link"]).stdout.splitlines()]
+    left += [f"link {link}" for link in links if ours.fullmatch(link)]
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.append(f"process {pid}")
+    left += [f"folder {scratch}"] if scratch.exists() else []
+    return left
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 class _gone_ok:

@@ -28,6 +28,10 @@ from accel_kit.errors import ParameterError
 
 LAUNCHERS = ("local", "mpiexec", "mpirun", "srun", "torchrun")
 WORKER = ["-m", "accel_kit.engine.worker"]
+# A rank (or a node's torchrun) that dies ends its point's other tasks: without it, srun waited for them, and a
+# rank on a node that lost its peer hung in a collective until the point's timeout (seen on the two-node test
+# cluster, tests/test_cluster.py). MPICH's mpiexec ends every rank when one fails, by default.
+SRUN_KILL = ["--kill-on-bad-exit=1"]
 
 # Rank variables of common launchers: (rank, world size, local rank).
 _RANK_VARS = [
@@ -113,7 +117,7 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
         return ["mpirun", "-np", str(devices), "--map-by", f"ppr:{per_node}:node", "-x", "MASTER_ADDR",
                 "-x", "MASTER_PORT", "-x", "PATH", sys.executable, *WORKER], env
     if launcher == "srun":
-        return ["srun", f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
+        return ["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
                 sys.executable, *WORKER], env
     raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
 
@@ -135,7 +139,7 @@ def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: b
     """
     per_node = -(-devices // nodes)
     slurm = bool(os.environ.get("SLURM_JOB_ID")) if slurm is None else slurm
-    starter = (["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
+    starter = (["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
                else ["mpiexec", "-n", str(nodes), "--ppn", "1"])
     return [*starter, sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
             f"--nproc_per_node={per_node}", "--rdzv_backend=c10d", f"--rdzv_endpoint={host}:{port}",

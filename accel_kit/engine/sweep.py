@@ -128,15 +128,26 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
     return result
 
 
+# At a point's timeout its launcher first gets SIGTERM and this long to pass it on: srun and mpiexec then end
+# the ranks on the other nodes and free their step; killed outright, srun left them running, holding the
+# step's CPUs, and the job's next point waited for them until its own timeout.
+TERM_GRACE_S = 10
+
+
 def _exec(cmd: list[str], env: dict[str, str], point: Point, timeout_s: float) -> forkserver.Finished:
-    """Run ``cmd`` in a fresh process group; at the timeout kill the whole group (returncode None)."""
+    """Run ``cmd`` in a fresh process group; at the timeout end the whole group (returncode None): SIGTERM, then
+    SIGKILL after ``TERM_GRACE_S``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True, preexec_fn=_limit_memory(point.memory_limit_gib))
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
         return forkserver.Finished(None, output)
     finally:
         if proc.poll() is None:
