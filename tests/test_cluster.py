@@ -50,12 +50,12 @@ def slurm(tmp_path_factory):
         c.stop()
 
 
-def _jobscript(tmp_path: Path, *args: str) -> Path:
+def _jobscript(tmp_path: Path, *args: str, devices_per_node: str = "1") -> Path:
     from accel_kit import cli
 
     out = tmp_path / "job.sh"
     assert cli.main(["jobscript", "scaling", "--scheduler", "slurm", "--nodes", "2", "--system", "cpu",
-                     "--profile", "smoke", "--devices-per-node", "1", "--out", str(out), *args]) == 0
+                     "--profile", "smoke", "--devices-per-node", devices_per_node, "--out", str(out), *args]) == 0
     return out
 
 
@@ -113,6 +113,25 @@ def test_slurm_job_script_runs_ddp_across_both_nodes(slurm, one_node, launcher, 
     assert rec["env"]["rendezvous"].startswith("node1:") and rec["params"]["devices_per_node"] == 1
     assert rec["metrics"]["dp"] == 2
     _assert_same_losses(rec["metrics"]["losses"], one_node["metrics"]["losses"], f"two nodes ({launcher}) against one")
+
+
+def test_four_ranks_over_two_nodes_in_every_layout(slurm, tmp_path):
+    """4 ranks, 2 on each node, under DDP, FSDP2, tensor parallel 2 and pipeline 2 (srun): each point's layout as
+    asked, across both hosts; FSDP trains as DDP does, and tensor parallel as the pipeline (both at dp 2, the same
+    global batch), as the single-node tests find (tests/test_parallel.py, tests/test_pipeline.py)."""
+    script = _jobscript(tmp_path, "-p", "preset", "gpt2-debug", "-p", "device_counts", "[4]", "-p", "precision",
+                        "fp32", "-p", "also", "[{engine: fsdp}, {tp: 2}, {pp: 2}]", devices_per_node="2")
+    assert "#SBATCH --ntasks-per-node=2" in script.read_text()
+    status, output = _submit(slurm, script, tmp_path / "outputs")
+    assert status == ("COMPLETED", "0:0"), output[-3000:]
+    recs = {(r["params"]["engine"], r["params"]["tp"], r["params"]["pp"]): r for r in _records(tmp_path / "outputs")}
+    assert sorted(recs) == [("ddp", 1, 1), ("ddp", 1, 2), ("ddp", 2, 1), ("fsdp", 1, 1)]
+    for (engine, tp, pp), rec in recs.items():
+        assert rec["status"] == "ok", (engine, tp, pp, rec.get("reason"), rec.get("traceback"))
+        assert rec["env"]["hosts"] == ["node1", "node2"] and rec["metrics"]["dp"] == 4 // (tp * pp)
+    loss = {key: rec["metrics"]["losses"] for key, rec in recs.items()}
+    _assert_same_losses(loss[("fsdp", 1, 1)], loss[("ddp", 1, 1)], "fsdp against ddp, two nodes")
+    _assert_same_losses(loss[("ddp", 2, 1)], loss[("ddp", 1, 2)], "tp 2 against pp 2, two nodes")
 
 
 FAULT_TIMEOUT_S = 120  # the fault job's per-point timeout
