@@ -76,6 +76,8 @@ JOB = ["jobscript", "scaling", "--system", "a100"]
     (["--nodes", "2", "--profile", "huge"], "unknown profile 'huge' for study 'scaling'"),
     (["--nodes", "2", "-p", "stepz", "3"], "unknown parameter 'stepz' for study 'scaling'"),
     (["--nodes", "2", "-p", "steps", "many"], "parameter 'steps'"),
+    (["--nodes", "2", "-p", "rendezvous_port", "0"], "parameter 'rendezvous_port'"),
+    (["--nodes", "2", "-p", "rendezvous_port", "70000"], "parameter 'rendezvous_port'"),
 ])
 def test_jobscript_bad_values_write_nothing(args, message, capsys, tmp_path):
     out = tmp_path / "job.sh"

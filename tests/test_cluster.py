@@ -213,6 +213,34 @@ def test_a_lost_node_holds_the_job_and_a_resubmit_measures_only_what_is_missing(
     assert new["env"]["hosts"] == ["node1", "node2"] and "1 from earlier runs" in output
 
 
+SQUATTED_PORT = 29511  # (inside node1's own network namespace: taken by the test alone)
+
+
+def test_a_rendezvous_port_taken_fails_its_point_in_one_line(slurm, tmp_path):
+    """The port a job's points meet at (``-p rendezvous_port``) already taken on the first node: the 2-rank point
+    fails in one line, in seconds (its rank 0 cannot host the store; the rank waiting for it is ended), and the
+    1-rank point, which needs no rendezvous, runs."""
+    listen = (f"import socket, time; s = socket.socket(); s.bind(('', {SQUATTED_PORT})); s.listen(); "
+              "print('up', flush=True); time.sleep(600)")
+    squat = subprocess.Popen(slurm.in_node("node1", f'exec {sys.executable} -c "{listen}"'), stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert squat.stdout.readline().strip() == "up"
+        script = _jobscript(tmp_path, "-p", "preset", "gpt2-debug", "-p", "device_counts", "[1, 2]", "-p", "precision",
+                            "fp32", "-p", "rendezvous_port", str(SQUATTED_PORT))
+        status, output = _submit(slurm, script, tmp_path / "outputs")
+    finally:
+        squat.kill()
+        squat.wait(timeout=30)
+    assert status == ("COMPLETED", "0:0"), output[-3000:]
+    recs = {r["params"]["devices"]: r for r in _records(tmp_path / "outputs")}
+    assert recs[1]["status"] == "ok", recs[1].get("reason")
+    failed = recs[2]
+    assert failed["status"] == "error" and "\n" not in failed["reason"], failed["reason"]
+    assert str(SQUATTED_PORT) in failed["reason"] and "timeout" not in failed["reason"], failed["reason"]
+    assert failed["env"]["rendezvous"] == f"node1:{SQUATTED_PORT}"
+
+
 def test_pbs_script_body_runs_mpiexec_across_both_nodes(slurm, one_node, tmp_path):
     """No PBS server is on the registry: the PBS script runs on the first node with the variables PBS sets
     (PBS_NODEFILE, PBS_O_WORKDIR), and its points start with MPICH's mpiexec over the nodefile's hosts, which

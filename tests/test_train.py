@@ -165,6 +165,9 @@ def test_records_say_where_the_ranks_met():
     assert rendezvous_endpoint(cmd, env) == f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
     assert rendezvous_endpoint(torchrun_command(4, 2, "node1", 29500, slurm=True), {}) == "node1:29500"
     assert rendezvous_endpoint(worker_command("local", 2, 1)[0], {}) is None
+    # a site's own port (-p rendezvous_port), for every launcher that meets across nodes
+    assert worker_command("srun", 2, 2, port=29511)[1]["MASTER_PORT"] == "29511"
+    assert rendezvous_endpoint(*worker_command("torchrun", 2, 2, port=29511)).endswith(":29511")
 
 
 @pytest.mark.parametrize("scheduler, marker", [("pbs", "#PBS -l select=4"), ("slurm", "#SBATCH --nodes=4")])

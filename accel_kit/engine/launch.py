@@ -56,7 +56,7 @@ def free_port() -> int:
     """A port free now (for a rendezvous on another node, whose store this process cannot host); a local
     group's rendezvous is ``local_rendezvous``, which holds its port."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))  # every address: a port free on the loopback may be taken on the node's own address
         return s.getsockname()[1]
 
 
@@ -91,12 +91,13 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
-def worker_command(launcher: str, devices: int, nodes: int, *,
-                   force_group: bool = False) -> tuple[list[str], dict[str, str]]:
+def worker_command(launcher: str, devices: int, nodes: int, *, force_group: bool = False,
+                   port: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
 
     ``force_group`` starts even a single local rank under torchrun (engines that initialise
-    torch.distributed themselves need its environment).
+    torch.distributed themselves need its environment). ``port``: where on the first node the ranks of a job's
+    point meet (a site that opens only some ports); None: one free there, per point.
     """
     per_node = -(-devices // nodes)
     if launcher == "local":
@@ -107,7 +108,7 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
             return [sys.executable, *WORKER], {}
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
                 *WORKER], {}
-    env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(free_port())}
+    env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(port or free_port())}
     if launcher == "torchrun":
         return torchrun_command(devices, nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"])), {}
     if launcher == "mpiexec":

@@ -74,7 +74,7 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 
 
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
-               cpu_threads: int | None = None) -> Result:
+               cpu_threads: int | None = None, rendezvous_port: int | None = None) -> Result:
     """Run one point in a process (group) of its own; returns the worker's result or a failure result.
 
     A point whose ranks all run here (one, or a local group that torchrun would start) starts as forks of
@@ -89,7 +89,8 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         return failed("unsupported", f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "
                                      "(write a job script with `accel-kit jobscript`)")
     try:
-        cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group)
+        cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group,
+                                        port=rendezvous_port)
     except ValueError as exc:
         return failed("unsupported", str(exc))
     adapter = _adapter_of(point.system)
@@ -253,7 +254,8 @@ class BandwidthReference:
 
 def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
-              cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False) -> list[dict]:
+              cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False,
+              rendezvous_port: int | None = None) -> list[dict]:
     """Run (or resume) ``points`` (of any kind) in order; returns one record per point (earlier runs' for resumed
     points).
 
@@ -279,7 +281,7 @@ def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id
         else:
             point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
             result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
-                                cpu_threads=cpu_threads)
+                                cpu_threads=cpu_threads, rendezvous_port=rendezvous_port)
             if peak and result.metrics.get("mfu_measured_unreliable"):
                 _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
         record = record_of(study, point, result, run_id=run_id, params=extra_params | {"point_key": key})
