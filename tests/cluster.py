@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -112,12 +113,15 @@ class Cluster:
         self.munge_socket = scratch / "munge" / "munge.socket"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self._stopped = False
+        self._sigterm_set = False
 
     # ------------------------------------------------------------------------------------------- bring up
     def start(self) -> "Cluster":
         atexit.register(self.stop)  # Ctrl-C, or a test session that ends without its fixtures' teardown
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a CI's SIGTERM: exit through atexit as well
+        # a CI's SIGTERM: exit through atexit as well (signal handlers: the main thread's alone)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            self._sigterm_set = True
         try:
             self._network()
             self._munge()
@@ -320,6 +324,8 @@ exec nsenter --net=/run/netns/{self.prefix}-$host unshare --uts --mount --propag
         if self._stopped:
             return
         self._stopped = True
+        if self._sigterm_set and signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
             self.client(["scancel", "--full", "-u", "root"], check=False, timeout_s=15)  # (this cluster's jobs)
         for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:

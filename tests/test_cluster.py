@@ -296,7 +296,8 @@ def _assert_same_losses(losses, reference, what):
 def test_nothing_is_left():
     """Last: stopped, the cluster leaves no namespace, link, daemon or scratch folder (its fixture's teardown, after
     this test, finds it stopped)."""
-    assert _started, "no cluster was started"
+    if not _started:
+        pytest.skip("no cluster was started in this session (the test checks what the others leave)")
     for c in _started:
         c.stop()  # (idempotent)
         assert c.leftovers() == []
