@@ -23,7 +23,7 @@ FIND_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 uv_install = $(1)/uv pip install --python $(1)/python -q --compile-bytecode $(FIND_LINKS)
 PIP      := $(call uv_install,$(BIN)) -c $(CONSTRAINTS)
 
-.PHONY: install run test test-fast lab strip-notebooks clean-outputs cerebras test-cerebras vllm test-vllm
+.PHONY: install run test test-fast test-cluster lab strip-notebooks clean-outputs cerebras test-cerebras vllm test-vllm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,15 @@ test:
 test-fast: install
 	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
 	ACCEL_KIT_OUTPUT_DIR=$$scratch $(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider -q
+
+# The job scripts on a two-node Slurm cluster built on this machine (tests/cluster.py: network and UTS namespaces
+# as nodes, slurmctld, slurmd and munged of their own, all removed after): as root, with Debian's packages, which
+# tests/cluster_setup.sh installs where they are missing; elsewhere the tests skip and say why. make test skips them.
+test-cluster: install
+	@sh tests/cluster_setup.sh
+	@scratch=$$(mktemp -d); trap 'rm -rf $$scratch' EXIT; \
+	ACCEL_KIT_OUTPUT_DIR=$$scratch ACCEL_KIT_CLUSTER=1 $(BIN)/python -m pytest tests/test_cluster.py -m cluster \
+	  -p no:cacheprovider -q -rs
 
 # The Cerebras environment: cerebras-pytorch (which pins torch 2.4, hence a venv of its own) and accel-kit,
 # editable, resolved together so nothing changes torch; and a Jupyter kernel for it, which JupyterLab

@@ -71,9 +71,13 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                             f"not {scheduler!r}")
     # The system's own launch (a vendor launcher, its SDK's environment), else the scheduler's.
     adapter = get_adapter(system.adapter, system.options)
-    check_job(scheduler, system=system.id, nodes=args.nodes, devices_per_node=system.devices_per_node,
-              walltime=args.walltime)  # before the parameters, which take the node count too
     launch = adapter.job_launch(scheduler)
+    # The node's devices: given, else the adapter's count of this node's (a CPU's cores), else the system's figure.
+    # (0 or less given: check_job's one line)
+    per_node = (launch.devices_per_node or system.devices_per_node) if args.devices_per_node is None \
+        else args.devices_per_node
+    check_job(scheduler, system=system.id, nodes=args.nodes, devices_per_node=per_node,
+              walltime=args.walltime)  # before the parameters, which take the node count too
     if args.launcher and launch.launcher:
         raise AccelKitError(f"system {system.id!r} starts its points with its own launcher ({launch.launcher}); "
                             "--launcher does not apply")
@@ -82,8 +86,10 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     # Resolve the parameters the job will run with (the script's own -p first, the user's after
     # them win), so an unknown profile or parameter fails here, not after the job has queued.
     # The script's `-p launcher L -p max_nodes N` come before the overrides, which win as they do in the job.
-    script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes}
+    script_params = {"launcher": launcher, "max_nodes": 1 if launcher == "local" else args.nodes,
+                     "devices_per_node": per_node}
     params = studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
+    per_node = getattr(params, "devices_per_node", None) or per_node  # a -p devices_per_node of the user's wins
     # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
     # fails on its nodes), and said in it.
     from accel_kit.studies._training import AxesParams, all_points, layout_lines, unresolved_precision
@@ -95,19 +101,29 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
 
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
     text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
-                            devices_per_node=system.devices_per_node, profile=args.profile, walltime=args.walltime,
-                            path=str(path), overrides=overrides, launcher=params.launcher, setup=launch.setup,
+                            devices_per_node=per_node, profile=args.profile, walltime=args.walltime,
+                            path=str(path), overrides=overrides, launcher=params.launcher,
+                            setup=launch.setup + tuple(args.setup or environment_setup()),
                             directives=launch.directives, template=launch.template,
-                            tasks_per_node=1 if params.launcher == "torchrun"
-                            else adapter.layout(system.devices_per_node).processes,
+                            tasks_per_node=1 if params.launcher == "torchrun" else adapter.layout(per_node).processes,
                             layout=tuple(layout))
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)
-    print(f"wrote {path}: {args.nodes} node(s) x {system.devices_per_node} devices of {system.id}; "
+    print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}; "
           f"{SUBMIT[scheduler]} {path}")
     return 0
+
+
+def environment_setup() -> tuple[str, ...]:
+    """The job script's line that activates the venv this command runs from (its ``accel-kit`` is the one the
+    job should run); none outside a venv (a system Python or conda: say it with --setup)."""
+    import shlex
+
+    if sys.prefix == sys.base_prefix:
+        return ()
+    return (f". {shlex.quote(sys.prefix + '/bin/activate')}",)
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -216,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how each point starts its ranks: mpiexec or srun (every rank), or torchrun (one per "
                           "node, meeting at a c10d rendezvous on the first node); default: the scheduler's "
                           "(mpiexec under PBS, srun under Slurm) or the system's own")
+    job.add_argument("--devices-per-node", type=int, default=None, metavar="N",
+                     help="devices (ranks) each node runs: Slurm's tasks per node, and how the points' ranks "
+                          "spread over the nodes (default: the system's; on cpu, the cores here)")
+    job.add_argument("--setup", action="append", default=None, metavar="LINE",
+                     help="a shell line the job runs before accel-kit (repeatable; e.g. 'module load conda'); "
+                          "default: one activating the venv this command runs from")
     job.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="parameter override passed to the run (the layout too: -p tp 2, -p engine fsdp)")
     job.set_defaults(func=_cmd_jobscript)

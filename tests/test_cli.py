@@ -76,6 +76,8 @@ JOB = ["jobscript", "scaling", "--system", "a100"]
     (["--nodes", "2", "--profile", "huge"], "unknown profile 'huge' for study 'scaling'"),
     (["--nodes", "2", "-p", "stepz", "3"], "unknown parameter 'stepz' for study 'scaling'"),
     (["--nodes", "2", "-p", "steps", "many"], "parameter 'steps'"),
+    (["--nodes", "2", "-p", "rendezvous_port", "0"], "parameter 'rendezvous_port'"),
+    (["--nodes", "2", "-p", "rendezvous_port", "70000"], "parameter 'rendezvous_port'"),
 ])
 def test_jobscript_bad_values_write_nothing(args, message, capsys, tmp_path):
     out = tmp_path / "job.sh"
@@ -105,6 +107,70 @@ def test_jobscript_writes_a_runnable_script(capsys, tmp_path):
     words = subprocess.run(["bash", "-c", f"printf '%s\\n' {run_line[len('accel-kit run '):]}"],
                            capture_output=True, text=True, check=True).stdout.splitlines()
     assert words[-6:] == ["-p", "steps", "3", "-p", "data", "/data/it's here"]
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_jobscript_bad_devices_per_node_is_one_line(value, capsys, tmp_path):
+    out = tmp_path / "job.sh"
+    err = fail_one_line([*JOB, "--nodes", "2", "--devices-per-node", value, "--out", str(out)], capsys)
+    assert f"--devices-per-node must be at least 1, got {value}" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _run_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("accel-kit run"))
+
+
+def test_jobscript_tasks_per_node_from_the_nodes_devices(capsys, tmp_path):
+    # The cpu system's nominal 8 devices per node asked 8 tasks of a 2-core node: the job never left the queue.
+    out = tmp_path / "job.sh"
+    base = ["jobscript", "scaling", "--system", "cpu", "--nodes", "2", "--scheduler", "slurm", "--profile", "smoke",
+            "--out", str(out)]
+    assert cli.main([*base, "--devices-per-node", "1"]) == 0
+    text = out.read_text()
+    assert "#SBATCH --ntasks-per-node=1" in text and "-p devices_per_node 1" in _run_line(text)
+    assert "2 node(s) x 1 devices of cpu" in capsys.readouterr().out
+    out.unlink()
+    assert cli.main(base) == 0  # default on cpu: the cores this process may run on
+    cores = len(os.sched_getaffinity(0))
+    text = out.read_text()
+    assert f"#SBATCH --ntasks-per-node={cores}" in text and f"-p devices_per_node {cores}" in _run_line(text)
+    out.unlink()
+    assert cli.main([*JOB, "--nodes", "2", "--scheduler", "slurm", "--out", str(out)]) == 0  # a100: its own 4
+    assert "#SBATCH --ntasks-per-node=4" in out.read_text()
+
+
+def test_jobscript_devices_per_node_spreads_the_points():
+    from accel_kit import studies
+    from accel_kit.studies._training import all_points, unresolved_precision
+    from accel_kit.systems import load_system
+
+    params = studies.resolve("scaling", "smoke", preset="gpt2-debug", device_counts=[2], devices_per_node=1,
+                             launcher="srun", max_nodes=2)
+    (point,) = all_points(params, load_system("cpu"), unresolved_precision)
+    assert point.devices_per_node == 1 and point.nodes == 2
+    default = studies.resolve("scaling", "smoke", preset="gpt2-debug", device_counts=[2])
+    (local,) = all_points(default, load_system("cpu"), unresolved_precision)
+    assert local.devices_per_node == 8 and local.nodes == 1  # without a job: the system's figure, keys unchanged
+
+
+def test_jobscript_setup_lines(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "job.sh"
+    argv = [*JOB, "--nodes", "1", "--scheduler", "pbs", "--out", str(out)]
+    monkeypatch.setattr(sys, "prefix", "/opt/my env")  # a venv: prefix differs from base_prefix
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    assert cli.main(argv) == 0
+    lines = out.read_text().splitlines()
+    assert lines[lines.index(_run_line(out.read_text())) - 1] == ". '/opt/my env/bin/activate'"
+    out.unlink()
+    assert cli.main([*argv, "--setup", "module load conda", "--setup", "conda activate accel-kit"]) == 0
+    text = out.read_text()
+    assert "module load conda\nconda activate accel-kit\naccel-kit run" in text and "activate'" not in text
+    out.unlink()
+    monkeypatch.setattr(sys, "prefix", "/usr")  # no venv: no line guessed
+    assert cli.main(argv) == 0
+    lines = out.read_text().splitlines()
+    assert lines[lines.index(_run_line(out.read_text())) - 1].startswith("# The environment accel-kit")
 
 
 def test_usage_errors_are_one_line(capsys):

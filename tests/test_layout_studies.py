@@ -111,7 +111,8 @@ def test_torchrun_across_nodes_meets_at_a_rendezvous(monkeypatch):
     assert any(w.startswith("--rdzv_endpoint=") for w in cmd) and cmd[-2:] == ["-m", "accel_kit.engine.worker"]
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     cmd, _ = worker_command("torchrun", 8, 2)
-    assert cmd[:4] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"] and "--nproc_per_node=4" in cmd
+    assert cmd[:5] == ["srun", "--kill-on-bad-exit=1", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
+    assert "--nproc_per_node=4" in cmd
 
 
 def test_jobscript_says_the_layout_and_starts_torchrun_per_node(capsys, tmp_path):
@@ -123,8 +124,8 @@ def test_jobscript_says_the_layout_and_starts_torchrun_per_node(capsys, tmp_path
     text = out.read_text()
     assert "#   gpt2-xl-16h bf16: ddp, tp 2 (tp 2, pp 1) on 8 (dp 4), 16 (dp 8) devices" in text
     assert "#SBATCH --ntasks-per-node=1" in text and "-p launcher torchrun -p max_nodes 4" in text
-    assert "srun --nodes=4 --ntasks=4 --ntasks-per-node=1 python -m torch.distributed.run --nnodes=4 " \
-           "--nproc_per_node=4 --rdzv_backend=c10d" in text
+    assert "srun --kill-on-bad-exit=1 --nodes=4 --ntasks=4 --ntasks-per-node=1 python -m torch.distributed.run " \
+           "--nnodes=4 --nproc_per_node=4 --rdzv_backend=c10d" in text
     assert subprocess.run(["bash", "-n", str(out)]).returncode == 0  # the shell reads it
     # The full profile under PBS: the paper's A100 layouts, each over the counts it divides.
     assert cli.main(["jobscript", "scaling", "--system", "a100", "--nodes", "16", "--out", str(out)]) == 0

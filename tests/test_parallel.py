@@ -6,6 +6,7 @@ in two spawned gloo processes on the CPU, fp32.
 """
 import json
 import os
+import socket
 
 import pytest
 import torch
@@ -131,6 +132,7 @@ def test_fsdp_and_tensor_parallel_train_as_ddp_and_one_process(preset, tmp_path)
     results = dict(zip([(p.engine, p.tp, p.precision) for p in points], json.loads(out.read_text())))
     ddp, fsdp, tp = (results[key] for key in [("ddp", 1, "fp32"), ("fsdp", 1, "fp32"), ("ddp", 2, "fp32")])
     _assert_same_losses(_losses(fsdp), _losses(ddp), "fsdp against ddp")
+    assert ddp["env"]["hosts"] == [socket.gethostname()]  # every rank's host, gathered (here, one machine)
     _assert_same_losses(_losses(tp), single, "tp 2 against one process")
     assert [(r["metrics"]["dp"], r["metrics"]["mesh"]) for r in (fsdp, tp)] == [
         (2, "pp 1 x dp 2 x cp 1 x tp 1"), (1, "pp 1 x dp 1 x cp 1 x tp 2")]

@@ -6,7 +6,8 @@ import torch.distributed as dist
 
 from accel_kit.models import build_model
 from accel_kit.engine import NonFiniteLoss, OptimConfig, Trainer, learning_rate
-from accel_kit.engine.launch import distributed_env, render_jobscript, worker_command
+from accel_kit.engine.launch import (distributed_env, render_jobscript, rendezvous_endpoint, torchrun_command,
+                                     worker_command)
 from accel_kit.engine.point import NOT_IN_KEY, TrainPoint
 from accel_kit.peaks import MeasuredPeak
 from accel_kit.engine.worker import end_group
@@ -157,6 +158,16 @@ def test_launchers():
     assert cmd[:5] == ["mpiexec", "-n", "16", "--ppn", "4"] and "MASTER_ADDR" in env
     cmd, _ = worker_command("srun", 16, 4)
     assert "--ntasks-per-node=4" in cmd
+
+
+def test_records_say_where_the_ranks_met():
+    cmd, env = worker_command("mpiexec", 4, 2)
+    assert rendezvous_endpoint(cmd, env) == f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    assert rendezvous_endpoint(torchrun_command(4, 2, "node1", 29500, slurm=True), {}) == "node1:29500"
+    assert rendezvous_endpoint(worker_command("local", 2, 1)[0], {}) is None
+    # a site's own port (-p rendezvous_port), for every launcher that meets across nodes
+    assert worker_command("srun", 2, 2, port=29511)[1]["MASTER_PORT"] == "29511"
+    assert rendezvous_endpoint(*worker_command("torchrun", 2, 2, port=29511)).endswith(":29511")
 
 
 @pytest.mark.parametrize("scheduler, marker", [("pbs", "#PBS -l select=4"), ("slurm", "#SBATCH --nodes=4")])

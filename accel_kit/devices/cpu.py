@@ -12,7 +12,12 @@ import psutil
 import torch
 
 from accel_kit.devices import probe
-from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport, dtype_of
+from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport, dtype_of
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity: a job's or a container's share, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _cpu_model() -> str:
@@ -236,8 +241,12 @@ class CPUAdapter(BaseAdapter):
 
     def threads_per_rank(self, ranks: int) -> int | None:
         # Data-parallel ranks on a CPU share its cores: each gets an equal slice, not all of them.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, cores // max(1, ranks))
+        return max(1, _cores() // max(1, ranks))
+
+    def job_launch(self, scheduler: str) -> JobLaunch:
+        # A CPU node runs as many ranks as it has cores for this process, whatever the cpu system's nominal 8:
+        # a job asking 8 tasks of a 2-core node waits in the queue forever (Slurm's PartitionConfig).
+        return JobLaunch(devices_per_node=_cores())
 
     def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
         # DeepSpeed's CPU accelerator, and plain torch AdamW instead of a 45 s JIT build of its CPU Adam.

@@ -85,3 +85,6 @@ class JobLaunch:
     # The adapter's own script where no batch scheduler applies (a Cerebras cluster's appliance), with the
     # ``str.format`` fields of ``accel_kit.engine.launch.render_jobscript``'s; None: the scheduler's template.
     template: str | None = None
+    # The devices of the node the script is written on, where the system's figure is nominal (a CPU system's 8
+    # gloo processes, on a node of 2 cores): the job's default --devices-per-node. None: the system's figure.
+    devices_per_node: int | None = None

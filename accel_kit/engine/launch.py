@@ -28,6 +28,10 @@ from accel_kit.errors import ParameterError
 
 LAUNCHERS = ("local", "mpiexec", "mpirun", "srun", "torchrun")
 WORKER = ["-m", "accel_kit.engine.worker"]
+# A rank (or a node's torchrun) that dies ends its point's other tasks: without it, srun waited for them, and a
+# rank on a node that lost its peer hung in a collective until the point's timeout (seen on the two-node test
+# cluster, tests/test_cluster.py). MPICH's mpiexec ends every rank when one fails, by default.
+SRUN_KILL = ["--kill-on-bad-exit=1"]
 
 # Rank variables of common launchers: (rank, world size, local rank).
 _RANK_VARS = [
@@ -52,7 +56,7 @@ def free_port() -> int:
     """A port free now (for a rendezvous on another node, whose store this process cannot host); a local
     group's rendezvous is ``local_rendezvous``, which holds its port."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))  # every address: a port free on the loopback may be taken on the node's own address
         return s.getsockname()[1]
 
 
@@ -87,12 +91,13 @@ def job_hosts() -> list[str]:
     return [socket.gethostname()]
 
 
-def worker_command(launcher: str, devices: int, nodes: int, *,
-                   force_group: bool = False) -> tuple[list[str], dict[str, str]]:
+def worker_command(launcher: str, devices: int, nodes: int, *, force_group: bool = False,
+                   port: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
 
     ``force_group`` starts even a single local rank under torchrun (engines that initialise
-    torch.distributed themselves need its environment).
+    torch.distributed themselves need its environment). ``port``: where on the first node the ranks of a job's
+    point meet (a site that opens only some ports); None: one free there, per point.
     """
     per_node = -(-devices // nodes)
     if launcher == "local":
@@ -103,7 +108,7 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
             return [sys.executable, *WORKER], {}
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
                 *WORKER], {}
-    env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(free_port())}
+    env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(port or free_port())}
     if launcher == "torchrun":
         return torchrun_command(devices, nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"])), {}
     if launcher == "mpiexec":
@@ -113,9 +118,18 @@ def worker_command(launcher: str, devices: int, nodes: int, *,
         return ["mpirun", "-np", str(devices), "--map-by", f"ppr:{per_node}:node", "-x", "MASTER_ADDR",
                 "-x", "MASTER_PORT", "-x", "PATH", sys.executable, *WORKER], env
     if launcher == "srun":
-        return ["srun", f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
+        return ["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
                 sys.executable, *WORKER], env
     raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
+
+
+def rendezvous_endpoint(cmd: list[str], env: dict[str, str]) -> str | None:
+    """Where a point's ranks meet (``host:port``, as ``worker_command`` gave it): torchrun's c10d endpoint, else
+    the ranks' MASTER_ADDR:MASTER_PORT; None for a local point (its rendezvous is this machine's)."""
+    endpoint = next((word.split("=", 1)[1] for word in cmd if word.startswith("--rdzv_endpoint=")), None)
+    if endpoint is None and "MASTER_ADDR" in env:
+        endpoint = f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
+    return endpoint
 
 
 def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: bool | None = None) -> list[str]:
@@ -126,7 +140,7 @@ def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: b
     """
     per_node = -(-devices // nodes)
     slurm = bool(os.environ.get("SLURM_JOB_ID")) if slurm is None else slurm
-    starter = (["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
+    starter = (["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
                else ["mpiexec", "-n", str(nodes), "--ppn", "1"])
     return [*starter, sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
             f"--nproc_per_node={per_node}", "--rdzv_backend=c10d", f"--rdzv_endpoint={host}:{port}",
@@ -146,8 +160,8 @@ PBS_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{PBS_O_WORKDIR:-$workdir}}"
-# Activate the environment accel-kit is installed in, e.g.: module load conda; conda activate accel-kit{setup}
-accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
 SLURM_TEMPLATE = """#!/bin/bash
@@ -162,8 +176,8 @@ SLURM_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
-# Activate the environment accel-kit is installed in.{setup}
-accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes}{extra}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
 
@@ -193,8 +207,8 @@ def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int,
         raise ParameterError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     if nodes < 1:
         raise ParameterError(f"--nodes must be at least 1, got {nodes}")
-    if devices_per_node < 1:
-        raise ParameterError(f"system {system!r} has {devices_per_node} devices per node; a job needs at least 1")
+    if devices_per_node < 1:  # (a system's YAML cannot say less than 1: this is --devices-per-node)
+        raise ParameterError(f"--devices-per-node must be at least 1, got {devices_per_node}")
     match = _WALLTIME.fullmatch(walltime)
     if not match or not any(int(part) for part in match.groups()):
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -150,6 +151,7 @@ def _finish(m: KindMeasurement, timing: Timing, mem: int | None, meter: machine_
     window_energy = reduce_energy(timing.energy, where, ctx.world, ctx.local_rank)
     load = machine_load.point_fields(meter.before, meter.after, where, ctx.world, ctx.rank, ctx.local_rank)
     times = reduce_max(timing.times_s, where, ctx.world)
+    m.out["env"]["hosts"] = gather_hosts(ctx.world)  # (every rank is here: the collectives above met)
     if mem is not None:
         mem = int(reduce_max([float(mem)], where, ctx.world)[0])
     timing = Timing(times_s=times, warmup_times_s=timing.warmup_times_s, noisy_cv=timing.noisy_cv)
@@ -205,6 +207,15 @@ def reduce_max(values: list[float], device: torch.device, world: int) -> list[fl
     t = torch.tensor(values, dtype=torch.float32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
+
+
+def gather_hosts(world: int) -> list[str]:
+    """The hosts the point's ranks ran on, sorted, each once (the record's ``host`` is rank 0's alone)."""
+    if world == 1:
+        return [socket.gethostname()]
+    hosts: list[str | None] = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    return sorted(set(filter(None, hosts)))
 
 
 def reduce_energy(window: Any, device: torch.device, world: int, local_rank: int) -> Any:

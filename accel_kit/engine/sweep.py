@@ -32,7 +32,7 @@ from accel_kit import energy, peaks, results
 from accel_kit.atomic import output_errors
 import accel_kit.engine.forkserver as forkserver
 from accel_kit.engine import kinds
-from accel_kit.engine.launch import worker_command
+from accel_kit.engine.launch import rendezvous_endpoint, worker_command
 from accel_kit.engine.point import Point
 from accel_kit.engine.result import Result, failed, is_oom_text
 
@@ -74,7 +74,7 @@ def _limit_memory(gib: float | None) -> Callable[[], None] | None:
 
 
 def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_nodes: int = 1,
-               cpu_threads: int | None = None) -> Result:
+               cpu_threads: int | None = None, rendezvous_port: int | None = None) -> Result:
     """Run one point in a process (group) of its own; returns the worker's result or a failure result.
 
     A point whose ranks all run here (one, or a local group that torchrun would start) starts as forks of
@@ -89,7 +89,8 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
         return failed("unsupported", f"{ranks} devices need {nodes} nodes; this run may use {max_nodes} "
                                      "(write a job script with `accel-kit jobscript`)")
     try:
-        cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group)
+        cmd, extra_env = worker_command(launcher, ranks, nodes, force_group=launcher == "local" and group,
+                                        port=rendezvous_port)
     except ValueError as exc:
         return failed("unsupported", str(exc))
     adapter = _adapter_of(point.system)
@@ -120,19 +121,34 @@ def run_worker(point: Point, *, timeout_s: float, launcher: str = "local", max_n
             oom = is_oom_text(text) or finished.returncode == -9  # (SIGKILL: the kernel's OOM killer, most often)
             result = failed("oom" if oom else "error", f"worker exited with status {finished.returncode}: {text[-300:]}",
                             traceback=_tail(finished.output, 60))
-    result.env = (result.env or results.environment()) | {"point_start": start}
+    # How its ranks started and met (the hosts they ran on are the worker's to say: env.hosts).
+    started = {"launcher": launcher}
+    if launcher != "local":
+        started["rendezvous"] = rendezvous_endpoint(cmd, extra_env)
+    result.env = (result.env or results.environment()) | {"point_start": start} | started
     return result
 
 
+# At a point's timeout its launcher first gets SIGTERM and this long to pass it on: srun and mpiexec then end
+# the ranks on the other nodes and free their step; killed outright, srun left them running, holding the
+# step's CPUs, and the job's next point waited for them until its own timeout.
+TERM_GRACE_S = 10
+
+
 def _exec(cmd: list[str], env: dict[str, str], point: Point, timeout_s: float) -> forkserver.Finished:
-    """Run ``cmd`` in a fresh process group; at the timeout kill the whole group (returncode None)."""
+    """Run ``cmd`` in a fresh process group; at the timeout end the whole group (returncode None): SIGTERM, then
+    SIGKILL after ``TERM_GRACE_S``."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True, preexec_fn=_limit_memory(point.memory_limit_gib))
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
         return forkserver.Finished(None, output)
     finally:
         if proc.poll() is None:
@@ -238,7 +254,8 @@ class BandwidthReference:
 
 def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
-              cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False) -> list[dict]:
+              cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False,
+              rendezvous_port: int | None = None) -> list[dict]:
     """Run (or resume) ``points`` (of any kind) in order; returns one record per point (earlier runs' for resumed
     points).
 
@@ -264,7 +281,7 @@ def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id
         else:
             point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
             result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
-                                cpu_threads=cpu_threads)
+                                cpu_threads=cpu_threads, rendezvous_port=rendezvous_port)
             if peak and result.metrics.get("mfu_measured_unreliable"):
                 _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
         record = record_of(study, point, result, run_id=run_id, params=extra_params | {"point_key": key})

@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if world > 1 and dist.is_initialized():
         end_group()
-    return 0
+    # A rank that failed (its group not formed, a crash, out of memory) exits non-zero in a group: its launcher then
+    # ends the ranks that may still wait for it (srun --kill-on-bad-exit, mpiexec, torchrun); its result is written.
+    return 1 if world > 1 and result.status in ("error", "oom") else 0
 
 
 def end_group() -> None:

@@ -70,6 +70,12 @@ class TrainingParams(StudyParams, TrainSpec):
     # local; or inside a batch job: mpiexec, mpirun, srun (every rank), torchrun (one per node, c10d rendezvous)
     launcher: Literal["local", "mpiexec", "mpirun", "srun", "torchrun"] = "local"
     max_nodes: PositiveInt = 1  # nodes this run may use (set by job scripts)
+    # Devices (ranks) a node runs, which spreads a point's ranks over nodes; None: the system's figure. Job
+    # scripts set it (jobscript --devices-per-node): a CPU node's real cores, not the cpu system's nominal 8.
+    devices_per_node: PositiveInt | None = None
+    # Where on the first node a job's multi-node points meet (a site that opens only some ports); None: a port
+    # free there, chosen per point.
+    rendezvous_port: int | None = Field(default=None, ge=1, le=65535)
     # The study's axes: list parameter -> the TrainSpec field it sweeps (e.g. {"seq_lens": "seq_len"}).
     AXES: ClassVar[dict[str, str]] = {}
 
@@ -115,7 +121,8 @@ def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, 
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
     adapter = system.device_adapter()
     layout = adapter.layout(values["devices"], pp=values["pp"])
-    values |= {"system": system.id, "devices_per_node": system.devices_per_node, "precision": choice.precision,
+    values |= {"system": system.id, "devices_per_node": params.devices_per_node or system.devices_per_node,
+               "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
                "seq_len": values["seq_len"] or system.seq_len,
@@ -209,6 +216,7 @@ def run_points(study: str, params: TrainingParams, system: System, points: Seque
         "profile": profile, "precision_requested": requested_precision(params, system)}
     return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, launcher=params.launcher, max_nodes=params.max_nodes,
+                     rendezvous_port=params.rendezvous_port,
                      progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in train), default=1)),
                      peak=peak, rerun=rerun)
 
