@@ -187,7 +187,8 @@ def test_unknown_papermill_parameter_fails_loudly(out_dir):
 def test_every_notebook_declares_exactly_its_studys_parameters():
     import ast
 
-    for study in studies.STUDIES:
+    # (the package's studies: a test's own, registered at import by another test file, has no notebook)
+    for study in [name for name, module in studies.STUDIES.items() if module.startswith("accel_kit.")]:
         nb = json.loads((ROOT / "notebooks" / f"{study}.ipynb").read_text())
         cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
         names = [t.id for node in ast.parse("".join(cell["source"])).body if isinstance(node, ast.Assign)
