@@ -64,8 +64,8 @@ class MixtureOfExperts(Family):
         if impl == "hf":
             # Our layer's weights under transformers' names: the two impls then time the same weights (one seed
             # gives both). transformers' experts are torch.empty until a whole model's post_init, and a lone
-            # layer has none: its 2.4 GB of Qwen3-30B-A3B experts were untouched pages, all one zero page the
-            # cache holds, and its products ran 15x faster than on real weights' bandwidth.
+            # layer has none: its 2.4 GB of Qwen3-30B-A3B experts were never-written pages of zeros, on which
+            # its fp32 products ran 15x faster than on real weights.
             ours = MoEBlock(cfg)  # first: transformers' constructors draw from the generator too
             layer = moe_hf.HFMoELayer(cfg)
             layer.layer.load_state_dict(moe_hf.to_hf_names(ours.state_dict(), cfg))
