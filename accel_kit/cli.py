@@ -106,7 +106,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                             setup=launch.setup + tuple(args.setup or environment_setup()),
                             directives=launch.directives, template=launch.template,
                             tasks_per_node=1 if params.launcher == "torchrun" else adapter.layout(per_node).processes,
-                            layout=tuple(layout))
+                            layout=tuple(layout), probe_link=args.link_probe)
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
@@ -130,13 +130,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from accel_kit import predict
 
     if args.probe_link:
-        from accel_kit.paths import writable_file
-        from accel_kit.predict.links import link_cache_path, probe_link
-
-        # The probe keeps what it measured beside the records; that folder must take it before the probe runs.
-        writable_file(link_cache_path(args.system, (args.records or [None])[0]), "measured link")
-        link = probe_link(args.system, ranks=args.probe_ranks, root=(args.records or [None])[0])
-        print(f"link of {args.system}: {link.bandwidth_GBps:.3g} GB/s, {link.latency_us:.3g} us per step ({link.source})")
+        _probe_link(args.system, ranks=args.probe_ranks, nodes=1, launcher=None, root=(args.records or [None])[0])
     overrides = dict(args.param or []) | ({"preset": args.preset} if args.preset else {})
     if args.records:
         overrides["records"] = args.records
@@ -156,6 +150,23 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     print(run.inference_summary())
     if not run.predictions and ("ttft_s" not in inference or inference["ttft_s"].isna().all()):
         raise AccelKitError(f"nothing predicted for {args.system}: " + "; ".join(run.notes))
+    return 0
+
+
+def _probe_link(system: str, *, ranks: int, nodes: int, launcher: str | None, root: str | None) -> None:
+    from accel_kit.paths import writable_file
+    from accel_kit.predict.links import link_cache_path, probe_link
+
+    # The probe keeps what it measured beside the records; that folder must take it before the probe runs.
+    writable_file(link_cache_path(system, root, inter_node=nodes > 1), "measured link")
+    link = probe_link(system, ranks=ranks, nodes=nodes, launcher=launcher, root=root)
+    print(f"{'inter-node ' if nodes > 1 else ''}link of {system}: {link.bandwidth_GBps:.3g} GB/s per rank, "
+          f"{link.latency_us:.3g} us per step ({link.source}); kept in {link_cache_path(system, root, inter_node=nodes > 1)}")
+
+
+def _cmd_link(args: argparse.Namespace) -> int:
+    ranks = args.ranks or (2 if args.nodes == 1 else args.nodes)
+    _probe_link(args.system, ranks=ranks, nodes=args.nodes, launcher=args.launcher, root=args.output_dir)
     return 0
 
 
@@ -198,6 +209,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog.split()[0]}: error: {message} (usage: {self.prog} -h)\n")
 
 
+def _add_link_parser(sub) -> None:
+    link = sub.add_parser("link", help="measure the link between devices (an all-reduce probe) for the predictor")
+    link.add_argument("--system", required=True, help="system id from params/systems")
+    link.add_argument("--nodes", type=at_least(1), default=1,
+                      help="1 (default): local ranks, the link within a node; more: ranks over that many nodes "
+                           "of the batch job this runs in, kept as the inter-node link")
+    link.add_argument("--ranks", type=at_least(2), default=None,
+                      help="processes in the probe, spread evenly over the nodes (default: 2 on one node, "
+                           "else one per node)")
+    link.add_argument("--launcher", choices=["mpiexec", "mpirun", "srun", "torchrun"], default=None,
+                      help="how the ranks start across nodes (default: the batch job's scheduler's: srun, mpiexec)")
+    link.add_argument("--output-dir", default=None, help="the records' folder the link is kept beside "
+                                                          "(default: outputs/, or $ACCEL_KIT_OUTPUT_DIR)")
+    link.set_defaults(func=_cmd_link)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from accel_kit import __version__
 
@@ -238,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--setup", action="append", default=None, metavar="LINE",
                      help="a shell line the job runs before accel-kit (repeatable; e.g. 'module load conda'); "
                           "default: one activating the venv this command runs from")
+    job.add_argument("--no-link-probe", dest="link_probe", action="store_false",
+                     help="leave out the job's first step on several nodes: the inter-node link measured for the "
+                          "predictor (accel-kit link), a few seconds")
     job.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
                      help="parameter override passed to the run (the layout too: -p tp 2, -p engine fsdp)")
     job.set_defaults(func=_cmd_jobscript)
@@ -260,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--probe-ranks", type=at_least(2), default=2,
                       help="processes in the probe (default: 2; an all-reduce needs at least 2)")
     pred.set_defaults(func=_cmd_predict)
+
+    _add_link_parser(sub)
 
     from accel_kit.report.cli import add_report_parser
 

@@ -113,6 +113,20 @@ def test_slurm_job_script_runs_ddp_across_both_nodes(slurm, one_node, launcher, 
     assert rec["env"]["rendezvous"].startswith("node1:") and rec["params"]["devices_per_node"] == 1
     assert rec["metrics"]["dp"] == 2
     _assert_same_losses(rec["metrics"]["losses"], one_node["metrics"]["losses"], f"two nodes ({launcher}) against one")
+    _assert_inter_node_link(tmp_path / "outputs", launcher, ranks=2)
+
+
+def _assert_inter_node_link(outputs: Path, launcher: str, ranks: int) -> None:
+    """The job's first step measured the link between the nodes (its ring across both hosts), and kept it apart
+    from the link within a node, where the predictor finds it for a layout that spans the nodes."""
+    from accel_kit.predict.links import link_cache_path, system_link
+
+    kept = json.loads(link_cache_path("cpu", outputs, inter_node=True).read_text())
+    assert kept["launcher"] == launcher and kept["nodes"] == 2 and kept["ranks"] == ranks
+    assert sorted(set(kept["hosts"])) == ["node1", "node2"] and kept["node_bandwidth_GBps"] > 0
+    assert not link_cache_path("cpu", outputs).exists()  # nothing said about the link within a node
+    link = system_link("cpu", ranks, root=outputs, devices_per_node=ranks // 2, probe=False)
+    assert "on 2 nodes (node1, node2)" in link.source and link.bandwidth_GBps > 0
 
 
 def test_four_ranks_over_two_nodes_in_every_layout(slurm, tmp_path):
@@ -132,6 +146,7 @@ def test_four_ranks_over_two_nodes_in_every_layout(slurm, tmp_path):
     loss = {key: rec["metrics"]["losses"] for key, rec in recs.items()}
     _assert_same_losses(loss[("fsdp", 1, 1)], loss[("ddp", 1, 1)], "fsdp against ddp, two nodes")
     _assert_same_losses(loss[("ddp", 2, 1)], loss[("ddp", 1, 2)], "tp 2 against pp 2, two nodes")
+    _assert_inter_node_link(tmp_path / "outputs", "srun", ranks=4)
 
 
 FAULT_TIMEOUT_S = 120  # the fault job's per-point timeout
@@ -143,7 +158,7 @@ def fault_job(slurm, tmp_path_factory):
     """A job whose first point trains long enough to lose a rank mid-point (LONG_STEPS steps of 2 ranks, across both
     nodes), then a short point (``also``: the same at 2 steps); its script and its records' folder."""
     folder = tmp_path_factory.mktemp("fault")
-    script = _jobscript(folder, "-p", "preset", "gpt2-debug", "-p", "device_counts", "[2]", "-p", "precision", "fp32",
+    script = _jobscript(folder, "--no-link-probe", "-p", "preset", "gpt2-debug", "-p", "device_counts", "[2]", "-p", "precision", "fp32",
                         "-p", "steps", str(LONG_STEPS), "-p", "time_budget_s", "600",
                         "-p", "timeout_s", str(FAULT_TIMEOUT_S),
                         "-p", "also", "[{steps: 2}]")
@@ -226,8 +241,8 @@ def test_a_rendezvous_port_taken_fails_its_point_in_one_line(slurm, tmp_path):
                              text=True)
     try:
         assert squat.stdout.readline().strip() == "up"
-        script = _jobscript(tmp_path, "-p", "preset", "gpt2-debug", "-p", "device_counts", "[1, 2]", "-p", "precision",
-                            "fp32", "-p", "rendezvous_port", str(SQUATTED_PORT))
+        script = _jobscript(tmp_path, "--no-link-probe", "-p", "preset", "gpt2-debug", "-p", "device_counts", "[1, 2]",
+                            "-p", "precision", "fp32", "-p", "rendezvous_port", str(SQUATTED_PORT))
         status, output = _submit(slurm, script, tmp_path / "outputs")
     finally:
         squat.kill()
@@ -262,6 +277,7 @@ def test_pbs_script_body_runs_mpiexec_across_both_nodes(slurm, one_node, tmp_pat
     assert rec["status"] == "ok", (rec.get("reason"), rec.get("traceback"))
     assert rec["env"]["hosts"] == ["node1", "node2"] and rec["env"]["launcher"] == "mpiexec"
     _assert_same_losses(rec["metrics"]["losses"], one_node["metrics"]["losses"], "PBS body (mpiexec) against one node")
+    _assert_inter_node_link(tmp_path / "outputs", "mpiexec", ranks=2)
 
 
 def test_ctrl_c_takes_a_cluster_down(tmp_path):

@@ -27,7 +27,7 @@ from typing import Iterator
 from accel_kit.errors import ParameterError
 
 LAUNCHERS = ("local", "mpiexec", "mpirun", "srun", "torchrun")
-WORKER = ["-m", "accel_kit.engine.worker"]
+WORKER = ("-m", "accel_kit.engine.worker")
 # A rank (or a node's torchrun) that dies ends its point's other tasks: without it, srun waited for them, and a
 # rank on a node that lost its peer hung in a collective until the point's timeout (seen on the two-node test
 # cluster, tests/test_cluster.py). MPICH's mpiexec ends every rank when one fails, by default.
@@ -78,6 +78,15 @@ def local_rendezvous() -> Iterator[dict[str, str]]:
         del store
 
 
+def job_scheduler() -> str | None:
+    """The batch scheduler whose job this process runs in (``slurm``, ``pbs``), None outside a job."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return "slurm"
+    if os.environ.get("PBS_JOBID") or os.environ.get("PBS_NODEFILE"):
+        return "pbs"
+    return None
+
+
 def job_hosts() -> list[str]:
     """Hosts of the current batch job (PBS nodefile or Slurm nodelist); [this host] outside a job."""
     nodefile = os.environ.get("PBS_NODEFILE")
@@ -92,12 +101,13 @@ def job_hosts() -> list[str]:
 
 
 def worker_command(launcher: str, devices: int, nodes: int, *, force_group: bool = False,
-                   port: int | None = None) -> tuple[list[str], dict[str, str]]:
+                   port: int | None = None, entry: tuple[str, ...] = WORKER) -> tuple[list[str], dict[str, str]]:
     """The command (and extra environment) that starts ``devices`` worker ranks over ``nodes`` nodes.
 
     ``force_group`` starts even a single local rank under torchrun (engines that initialise
     torch.distributed themselves need its environment). ``port``: where on the first node the ranks of a job's
-    point meet (a site that opens only some ports); None: one free there, per point.
+    point meet (a site that opens only some ports); None: one free there, per point. ``entry``: what each rank
+    runs after ``python`` (a point's worker; the link probe's ranks, ``accel_kit.predict.links``).
     """
     per_node = -(-devices // nodes)
     if launcher == "local":
@@ -105,21 +115,21 @@ def worker_command(launcher: str, devices: int, nodes: int, *, force_group: bool
             raise ValueError(f"{devices} devices need {nodes} nodes: run inside a batch job "
                              "(accel-kit jobscript) with launcher mpiexec or srun")
         if devices == 1 and not force_group:
-            return [sys.executable, *WORKER], {}
+            return [sys.executable, *entry], {}
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
-                *WORKER], {}
+                *entry], {}
     env = {"MASTER_ADDR": job_hosts()[0], "MASTER_PORT": str(port or free_port())}
     if launcher == "torchrun":
-        return torchrun_command(devices, nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"])), {}
+        return torchrun_command(devices, nodes, env["MASTER_ADDR"], int(env["MASTER_PORT"]), entry=entry), {}
     if launcher == "mpiexec":
-        return ["mpiexec", "-n", str(devices), "--ppn", str(per_node), sys.executable, *WORKER], env
+        return ["mpiexec", "-n", str(devices), "--ppn", str(per_node), sys.executable, *entry], env
     if launcher == "mpirun":
         # Open MPI: ranks placed per node by mapping, and only the variables named with -x reach remote ranks.
         return ["mpirun", "-np", str(devices), "--map-by", f"ppr:{per_node}:node", "-x", "MASTER_ADDR",
-                "-x", "MASTER_PORT", "-x", "PATH", sys.executable, *WORKER], env
+                "-x", "MASTER_PORT", "-x", "PATH", sys.executable, *entry], env
     if launcher == "srun":
         return ["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={devices}", f"--ntasks-per-node={per_node}",
-                sys.executable, *WORKER], env
+                sys.executable, *entry], env
     raise ValueError(f"launcher must be one of {LAUNCHERS}, got {launcher!r}")
 
 
@@ -132,19 +142,20 @@ def rendezvous_endpoint(cmd: list[str], env: dict[str, str]) -> str | None:
     return endpoint
 
 
-def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: bool | None = None) -> list[str]:
+def torchrun_command(devices: int, nodes: int, host: str, port: int, *, slurm: bool | None = None,
+                     entry: tuple[str, ...] = WORKER) -> list[str]:
     """One torchrun per node (started by srun inside a Slurm job, else by mpiexec, one per node), meeting at
     a c10d rendezvous on ``host:port``; each starts its node's share of the ``devices`` ranks.
 
     ``slurm``: whether to start them with srun; None: inside a Slurm job (``SLURM_JOB_ID``) or not.
     """
     per_node = -(-devices // nodes)
-    slurm = bool(os.environ.get("SLURM_JOB_ID")) if slurm is None else slurm
+    slurm = job_scheduler() == "slurm" if slurm is None else slurm
     starter = (["srun", *SRUN_KILL, f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"] if slurm
                else ["mpiexec", "-n", str(nodes), "--ppn", "1"])
     return [*starter, sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
             f"--nproc_per_node={per_node}", "--rdzv_backend=c10d", f"--rdzv_endpoint={host}:{port}",
-            f"--rdzv_id=accel-kit-{port}", *WORKER]
+            f"--rdzv_id=accel-kit-{port}", *entry]
 
 
 PBS_TEMPLATE = """#!/bin/bash
@@ -160,7 +171,7 @@ PBS_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{PBS_O_WORKDIR:-$workdir}}"
-# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}{probe}
 accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
@@ -176,7 +187,7 @@ SLURM_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 workdir={workdir}
 cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
-# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}
+# The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}{probe}
 accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
 
@@ -220,7 +231,7 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
                      directives: tuple[str, ...] = (), tasks_per_node: int | None = None,
-                     template: str | None = None, layout: tuple[str, ...] = ()) -> str:
+                     template: str | None = None, layout: tuple[str, ...] = (), probe_link: bool = True) -> str:
     """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for an appliance cluster.
 
     Args:
@@ -240,6 +251,7 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
             None: the scheduler's.
         layout: lines saying the points' parallel layouts (written as comments), and with the torchrun
             launcher how each point starts its ranks.
+        probe_link: on several nodes, measure the inter-node link first (``accel-kit link``), for the predictor.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
@@ -259,6 +271,15 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                                      slurm=scheduler == "slurm")
         lines.append("A point on every node starts as (its port free on the first node, chosen per point): "
                      + " ".join(w if w != sys.executable else "python" for w in per_point[:-2]) + " ...")
+    probe = ""
+    if probe_link and nodes > 1 and launcher != "local":
+        # As many ranks per node as a point of the whole job runs (torchrun's one task per node starts them all).
+        per_node_ranks = devices_per_node if launcher == "torchrun" else tasks_per_node or devices_per_node
+        ranks = nodes * per_node_ranks
+        probe = ("\n# The link between the nodes, measured for the predictor (accel-kit predict) and kept beside the "
+                 "records;\n# the study runs without it where the probe fails (jobscript --no-link-probe leaves it out)."
+                 f"\naccel-kit link --system {system} --nodes {nodes} --ranks {ranks} --launcher {launcher} "
+                 "|| echo 'accel-kit: the inter-node link probe failed; the study runs on' >&2")
     hours, minutes, seconds = map(int, match.groups())
     from accel_kit.paths import project_root
 
@@ -268,6 +289,6 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                            tasks_per_node=tasks_per_node or devices_per_node,
                            walltime_s=3600 * hours + 60 * minutes + seconds, root=shlex.quote(str(root)),
                            workdir=shlex.quote(os.getcwd()), extra=extra,
-                           setup="".join(f"\n{line}" for line in setup),
+                           setup="".join(f"\n{line}" for line in setup), probe=probe,
                            layout="".join(f"\n# {line}" for line in lines),
                            directives="".join(f"\n{line}" for line in directives))

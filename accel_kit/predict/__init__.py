@@ -44,6 +44,7 @@ class WhatIfParams(StudyParams):
     pp_microbatches: PositiveInt | None = None  # chunks per micro-batch in the pipeline; None: pp
     pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
+    devices_per_node: PositiveInt | None = None  # devices a node holds (a ring of more crosses nodes); None: the system's
     records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
     # Inference (``WhatIf.inference``): the preset's greedy generations of each batch, prompt and output length.
     inference_batch_sizes: list[PositiveInt] = [1]
@@ -197,7 +198,7 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
     dirs = params.records or [str(output_dir())]
     # Folders the user named must exist (a one-line DataError otherwise); the default may not yet.
     records = load_records(d for d in dirs if params.records or Path(d).exists())
-    predictor = Predictor(system, records, link_root=dirs[0])
+    predictor = Predictor(system, records, link_root=dirs[0], devices_per_node=params.devices_per_node)
     precision = _precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
     counts = params.devices if isinstance(params.devices, list) else [params.devices]
     predictions, notes = [], []

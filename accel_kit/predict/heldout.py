@@ -42,6 +42,8 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
     wanted = set(systems) if systems else {r.get("system") for r in records if usable(r)}
     for system in sorted(s for s in wanted if s):
         predictor = Predictor(system, records, link_root=link_root, probe=probe)
+        # A point is predicted with its own nodes' share of devices (a job's -p devices_per_node).
+        by_node = {None: predictor}
         points: dict[tuple, list[dict]] = {}
         for rec in predictor.train:
             # A point is its key (results.point_key_of) within its study (two studies can run the same shape).
@@ -63,8 +65,12 @@ def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_
                    # the farthest run from the median: the measurement's own noise, beside the prediction's
                    "run_spread": float(np.abs(steps / np.median(steps) - 1).max()) if len(runs) > 1 else None}
             try:
-                pred = predictor.predict(shape_of_record(rec), exclude={r["record_id"] for r in runs},
-                                         threads=host_threads(rec))
+                per_node = rec["params"].get("devices_per_node")
+                if per_node not in by_node:
+                    by_node[per_node] = Predictor(system, records, link_root=link_root, probe=probe,
+                                                  devices_per_node=per_node)
+                pred = by_node[per_node].predict(shape_of_record(rec), exclude={r["record_id"] for r in runs},
+                                                 threads=host_threads(rec))
             except (AccelKitError, ValueError) as exc:
                 rows.append(row | {"predicted_step_s": None, "predicted_mem_gib": None, "basis": None,
                                    "why_not": str(exc)})

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from accel_kit.engine.launch import local_rendezvous
+from accel_kit.engine.launch import SCHEDULER_LAUNCHER
 from accel_kit.errors import AccelKitError
 from accel_kit.predict.comm import Link, fit_link
 
@@ -21,92 +23,164 @@ PROBE_SIZES_BYTES = (2**14, 2**18, 2**21, 2**23)  # 16 KiB .. 8 MiB: latency- to
 PROBE_REPEATS = 5
 
 
-def link_cache_path(system_id: str, root: str | Path | None = None) -> Path:
-    """Where a measured link is kept: beside the records it serves (``root``, else the outputs folder)."""
+def link_cache_path(system_id: str, root: str | Path | None = None, *, inter_node: bool = False) -> Path:
+    """Where a measured link is kept: beside the records it serves (``root``, else the outputs folder); the
+    inter-node link (measured across nodes) in a file of its own, apart from the link within a node."""
     from accel_kit.paths import output_dir
 
-    return Path(root or output_dir()) / "what_if" / f"link-{system_id}.json"
+    return Path(root or output_dir()) / "what_if" / f"link-{system_id}{'-inter-node' if inter_node else ''}.json"
 
 
-def system_link(system_id: str, devices: int, *, probe: bool = True, root: str | Path | None = None) -> Link:
+def system_link(system_id: str, devices: int, *, probe: bool = True, root: str | Path | None = None,
+                devices_per_node: int | None = None) -> Link:
     """The link for a ring of ``devices`` on ``system_id``: measured here if probed, else its datasheet
-    figures; a system without either is probed now (``probe``) when its device is available here."""
+    figures; a system without either is probed now (``probe``) when its device is available here.
+
+    ``devices_per_node``: how many of the devices share a node (None: the system's); a ring of more spans
+    nodes and runs at the inter-node link's per-device share.
+    """
     from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system
 
     system = load_system(system_id)
-    cached = link_cache_path(system_id, root)
-    if cached.is_file() and devices <= system.devices_per_node:
+    per_node = devices_per_node or system.devices_per_node
+    within = devices <= per_node
+    cached = link_cache_path(system_id, root, inter_node=not within)
+    if cached.is_file():
         data = json.loads(cached.read_text())
-        return Link(data["bandwidth_GBps"], data["latency_us"], data["source"])
+        if within:
+            return Link(data["bandwidth_GBps"], data["latency_us"], data["source"])
+        return Link(data["node_bandwidth_GBps"] / per_node, data["latency_us"],
+                    f"{data['source']}; the node's share over its {per_node} devices")
     net = system.interconnect
-    if net is None and probe and devices <= system.devices_per_node \
-            and get_adapter(system.adapter, system.options).availability():
+    if net is None and probe and within and get_adapter(system.adapter, system.options).availability():
         return probe_link(system_id, root=root)
     if net is None:
-        raise AccelKitError(f"system {system_id!r} has no interconnect figures in its YAML and no measured link; "
-                            f"measure one where it runs: accel-kit predict --system {system_id} --probe-link")
-    if devices <= system.devices_per_node:
+        how = (f"accel-kit predict --system {system_id} --probe-link" if within else
+               f"accel-kit link --system {system_id} --nodes {-(-devices // per_node)} inside a batch job of "
+               "that many nodes")
+        raise AccelKitError(f"system {system_id!r} has no interconnect figures in its YAML and no measured "
+                            f"{'link' if within else 'inter-node link'}; measure one where it runs: {how}")
+    if within:
         return Link(net.intra_node_GBps, net.intra_node_latency_us, f"datasheet: {net.source}")
     if net.inter_node_GBps is None:
         raise AccelKitError(f"system {system_id!r} gives no inter-node bandwidth; {devices} devices need "
-                            f"{-(-devices // system.devices_per_node)} nodes")
-    return Link(net.inter_node_GBps / system.devices_per_node, net.inter_node_latency_us or net.intra_node_latency_us,
-                f"datasheet: {net.source}; the node's inter-node bandwidth shared by its {system.devices_per_node} "
-                f"devices")
+                            f"{-(-devices // per_node)} nodes")
+    return Link(net.inter_node_GBps / per_node, net.inter_node_latency_us or net.intra_node_latency_us,
+                f"datasheet: {net.source}; the node's inter-node bandwidth shared by its {per_node} devices")
 
 
-def probe_link(system_id: str, ranks: int = 2, *, save: bool = True, root: str | Path | None = None) -> Link:
-    """Measure all-reduce times across ``ranks`` local processes on this system's device and fit alpha-beta.
+def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str | None = None, save: bool = True,
+               root: str | Path | None = None) -> Link:
+    """Measure all-reduce times across ``ranks`` processes on this system's device and fit alpha-beta.
 
-    Each size runs ``PROBE_REPEATS`` times after one warm-up; the fastest counts (the link's
-    capability, not the noise of a shared machine).
+    ``nodes`` 1: local processes, the link within a node. More: the ranks spread evenly over that many nodes
+    of the batch job this runs in, started by ``launcher`` (None: the scheduler's own, srun or mpiexec), as a
+    point's ranks are (``accel_kit.engine.launch``); the ring crosses the nodes, and what it measured is kept
+    as the inter-node link, apart from the one within a node. Each size runs ``PROBE_REPEATS`` times after one
+    warm-up; the fastest counts (the link's capability, not the noise of a shared machine).
     """
-    import subprocess
-    import sys
-
+    from accel_kit.engine.launch import job_scheduler
+    from accel_kit.paths import output_dir
     from accel_kit.systems import load_system
 
     load_system(system_id).adapter_instance()  # a one-line error when the device is missing
-    with tempfile.TemporaryDirectory() as tmp, local_rendezvous() as rendezvous:
-        # Fresh interpreters (not multiprocessing's spawn, which re-runs the caller's __main__ script).
-        procs = [subprocess.Popen([sys.executable, "-m", "accel_kit.predict.links", system_id, str(rank), str(ranks),
-                                   tmp], env=os.environ | rendezvous, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
-                 for rank in range(ranks)]
-        errors = [p.communicate(timeout=300)[1] for p in procs]
-        if any(p.returncode for p in procs):
-            last = next(e for p, e in zip(procs, errors) if p.returncode).strip().splitlines()
-            raise AccelKitError(f"the all-reduce probe on {system_id!r} failed: {last[-1] if last else 'no output'}")
-        times = json.loads((Path(tmp) / "times.json").read_text())
+    if nodes > 1 and ranks % nodes:
+        raise AccelKitError(f"{ranks} probe ranks do not spread evenly over {nodes} nodes")
+    launcher = launcher or ("local" if nodes == 1 else SCHEDULER_LAUNCHER.get(job_scheduler() or "", "local"))
+    # The ranks' folder: on the shared file system beside the records (rank 0 may run on another host).
+    shared = Path(root or output_dir()) / "what_if"
+    shared.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=shared, prefix=".probe-") as tmp:
+        entry = ("-m", "accel_kit.predict.links", system_id, tmp)
+        proc = _run_ranks(launcher, ranks, nodes, entry)
+        result = Path(tmp) / "times.json"
+        if proc.returncode or not result.is_file():
+            last = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+            raise AccelKitError(f"the all-reduce probe on {system_id!r} ({launcher}, {ranks} ranks) failed: "
+                                f"{last[-1] if last else 'no output'}")
+        data = json.loads(result.read_text())
+    times, hosts = data["times_s"], data["hosts"]
+    if nodes > 1 and len(set(hosts)) < 2:
+        raise AccelKitError(f"the inter-node probe's {ranks} ranks all ran on {hosts[0]}: run it inside a batch job "
+                            f"of {nodes} nodes")
     sizes = [float(s) for s in times]
+    where = f"on {nodes} nodes ({', '.join(dict.fromkeys(hosts))})" if nodes > 1 else f"on {hosts[0]}"
     link = fit_link(sizes, [times[s] for s in times], ranks,
-                    source=f"measured: all-reduce probe over {ranks} processes, "
+                    source=f"measured: all-reduce probe over {ranks} processes {where}, "
                            f"{int(min(sizes))}-{int(max(sizes))} bytes, {time.strftime('%Y-%m-%d')}")
     if save:
         from accel_kit.atomic import write_json_atomic
 
-        path = link_cache_path(system_id, root)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {"bandwidth_GBps": link.bandwidth_GBps, "latency_us": link.latency_us,
-                                 "source": link.source, "ranks": ranks, "times_s": times})
+        kept = {"bandwidth_GBps": link.bandwidth_GBps, "latency_us": link.latency_us, "source": link.source,
+                "ranks": ranks, "launcher": launcher, "hosts": hosts, "times_s": times}
+        if nodes > 1:
+            # Each rank's ring bandwidth is its share of its node's links; the node's whole is what a layout with
+            # another number of ranks per node divides (system_link).
+            kept |= {"nodes": nodes, "node_bandwidth_GBps": link.bandwidth_GBps * (ranks // nodes)}
+        path = link_cache_path(system_id, root, inter_node=nodes > 1)
+        write_json_atomic(path, kept)
     return link
 
 
-def _probe_rank(rank: int, world: int, system_id: str, out_dir: str) -> None:
+PROBE_TIMEOUT_S = 300  # the whole probe: process starts, the rendezvous, 4 sizes x 6 all-reduces
+
+
+def _run_ranks(launcher: str, ranks: int, nodes: int, entry: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The probe's ranks, run to their end: local ones as fresh interpreters meeting at a store held here
+    (not torchrun, whose agent costs each probe a second start; not multiprocessing's spawn, which re-runs the
+    caller's ``__main__``), a batch job's through its launcher, as a point's ranks start."""
+    from accel_kit.engine.launch import job_scheduler, local_rendezvous, worker_command
+
+    if nodes > 1 and job_scheduler() is None:
+        raise AccelKitError(f"the link probe over {nodes} nodes runs inside a batch job of that many nodes "
+                            "(Slurm's or PBS's), whose launcher starts its ranks")
+    if launcher != "local":
+        try:
+            cmd, env = worker_command(launcher, ranks, nodes, entry=entry)
+        except ValueError as exc:  # (an unknown launcher)
+            raise AccelKitError(f"the link probe: {exc}") from None
+        try:
+            return subprocess.run(cmd, env=os.environ | env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, timeout=PROBE_TIMEOUT_S)
+        except FileNotFoundError:
+            raise AccelKitError(f"the link probe's launcher {cmd[0]!r} is not on PATH") from None
+        except subprocess.TimeoutExpired:
+            raise AccelKitError(f"the link probe ({launcher}, {ranks} ranks) did not end in {PROBE_TIMEOUT_S} s") \
+                from None
+    if nodes > 1:
+        raise AccelKitError(f"the link probe over {nodes} nodes starts its ranks with a batch job's launcher: srun, "
+                            "mpiexec, mpirun or torchrun")
+    with local_rendezvous() as rendezvous:
+        procs = [subprocess.Popen([sys.executable, *entry], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, env=os.environ | rendezvous | {"RANK": str(rank), "WORLD_SIZE": str(ranks),
+                                                                            "LOCAL_RANK": str(rank)})
+                 for rank in range(ranks)]
+        errors = [p.communicate(timeout=PROBE_TIMEOUT_S)[1] for p in procs]
+    failed = next((i for i, p in enumerate(procs) if p.returncode), 0)
+    return subprocess.CompletedProcess(procs[failed].args, procs[failed].returncode, None, errors[failed])
+
+
+def _probe_rank(system_id: str, out_dir: str) -> None:
+    import socket
+
     import torch
     import torch.distributed as dist
 
+    from accel_kit.engine.launch import distributed_env
     from accel_kit.systems import load_system
 
+    rank, world, local_rank = distributed_env()
     adapter = load_system(system_id).adapter_instance()
     threads = adapter.threads_per_rank(world)
     if threads:
         torch.set_num_threads(threads)
-    device = adapter.collective_device(adapter.prepare(rank))
+    device = adapter.collective_device(adapter.prepare(local_rank))
     dist.init_process_group(adapter.distributed_backend(), rank=rank, world_size=world)
     best: dict[int, float] = {}
     try:
+        hosts: list[str] = [""] * world
+        dist.all_gather_object(hosts, socket.gethostname())
         for size in PROBE_SIZES_BYTES:
             buf = torch.ones(size // 4, dtype=torch.float32, device=device)
             dist.all_reduce(buf)  # warm-up: connection set-up, buffers
@@ -122,13 +196,11 @@ def _probe_rank(rank: int, world: int, system_id: str, out_dir: str) -> None:
         t = torch.tensor([best[s] for s in PROBE_SIZES_BYTES], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if rank == 0:
-            Path(out_dir, "times.json").write_text(json.dumps(dict(zip(map(str, PROBE_SIZES_BYTES), t.tolist()))))
+            Path(out_dir, "times.json").write_text(json.dumps(
+                {"times_s": dict(zip(map(str, PROBE_SIZES_BYTES), t.tolist())), "hosts": hosts}))
     finally:
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":  # one rank of the probe: SYSTEM RANK WORLD OUT_DIR (the rendezvous in its environment)
-    import sys
-
-    _system, _rank, _world, _out = sys.argv[1:5]
-    _probe_rank(int(_rank), int(_world), _system, _out)
+if __name__ == "__main__":  # one rank of the probe: SYSTEM OUT_DIR (its rank and rendezvous from its launcher)
+    _probe_rank(*sys.argv[1:3])

@@ -117,13 +117,14 @@ class Predictor:
     """Predictions for one system from its records (those of other systems are ignored)."""
 
     def __init__(self, system: str, records: Iterable[dict], *, link: Link | None = None,
-                 link_root: str | None = None, probe: bool = True):
+                 link_root: str | None = None, probe: bool = True, devices_per_node: int | None = None):
         self.system = system
         self.records = [r for r in records if r.get("system") == system]
         self.train = [r for r in self.records if usable(r)]
         self._link_override = link
         self.link_root = link_root  # where a probed link is kept (beside the records)
         self.probe = probe  # measure a link that is neither kept nor in the system's YAML
+        self.devices_per_node = devices_per_node  # how the devices share nodes; None: the system's
 
     def groups(self) -> dict[tuple, list[dict]]:
         out: dict[tuple, list[dict]] = {}
@@ -159,7 +160,8 @@ class Predictor:
         return best
 
     def link(self, devices: int) -> Link:
-        return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe)
+        return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe,
+                                                  devices_per_node=self.devices_per_node)
 
     def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
         """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
@@ -246,8 +248,9 @@ class Predictor:
         mem_gib = memory.bytes(shape) / GiB
         device_gib = _device_memory_gib(system)
         assumptions += _layout_assumptions(shape)
-        if shape.devices > system.devices_per_node:
-            assumptions.append(f"{shape.devices} devices span {math.ceil(shape.devices / system.devices_per_node)} "
+        per_node = self.devices_per_node or system.devices_per_node
+        if shape.devices > per_node:
+            assumptions.append(f"{shape.devices} devices span {math.ceil(shape.devices / per_node)} "
                                f"nodes: the data-parallel ring runs at the inter-node link's per-device share")
         return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s + ep_s, exposed, tokens_per_s, efficiency,
                           mem_gib, device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
