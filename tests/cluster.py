@@ -369,6 +369,26 @@ def leftovers(prefix: str, scratch: Path, pids: list[int]) -> list[str]:
     return left
 
 
+def remove(prefix: str, scratch: Path, pids: list[int]) -> None:
+    """Take down, from outside, a cluster whose own process could not (it was killed before its ``stop``): its
+    daemons' process groups (each daemon leads one, ``start_new_session``; slurmctld's slurmscriptd is in its),
+    what runs in its namespaces, the namespaces, its links and its scratch folder."""
+    for pid in pids:
+        with _gone_ok():
+            os.killpg(pid, signal.SIGKILL)
+    ours = re.compile(rf"{prefix}(-.+|br|h\d+|n\d+)")
+    for ns in [ns for ns in _run(["ip", "netns", "list"]).stdout.split() if ours.fullmatch(ns)]:
+        for pid in map(int, _run(["ip", "netns", "pids", ns], check=False).stdout.split()):
+            with _gone_ok():
+                os.kill(pid, signal.SIGKILL)
+        _run(["ip", "netns", "del", ns], check=False)
+    for line in _run(["ip", "-o", "link"]).stdout.splitlines():
+        link = line.split(":")[1].strip().split("@")[0]
+        if ours.fullmatch(link):
+            _run(["ip", "link", "del", link], check=False)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
