@@ -156,7 +156,13 @@ def _run_ranks(launcher: str, ranks: int, nodes: int, entry: tuple[str, ...]) ->
                                   text=True, env=os.environ | rendezvous | {"RANK": str(rank), "WORLD_SIZE": str(ranks),
                                                                             "LOCAL_RANK": str(rank)})
                  for rank in range(ranks)]
-        errors = [p.communicate(timeout=PROBE_TIMEOUT_S)[1] for p in procs]
+        try:
+            errors = [p.communicate(timeout=PROBE_TIMEOUT_S)[1] for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:  # (a rank stuck at the rendezvous: none is left behind)
+                p.kill()
+                p.wait()
+            raise AccelKitError(f"the link probe ({ranks} local ranks) did not end in {PROBE_TIMEOUT_S} s") from None
     failed = next((i for i, p in enumerate(procs) if p.returncode), 0)
     return subprocess.CompletedProcess(procs[failed].args, procs[failed].returncode, None, errors[failed])
 
