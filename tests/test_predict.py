@@ -224,3 +224,28 @@ def test_the_step_shape_of_a_llama_preset_comes_from_its_family():
     work = dict(zip(TERMS, shape.work()))
     assert work["attention_flops"] == 2 * 64 * 2 * terms.attention * 3
     assert shape.memory_estimate_bytes() > 0 and shape.grad_bytes() == shape.n_params * 2
+
+
+def test_a_record_across_nodes_is_held_out_over_the_inter_node_link(tmp_path):
+    # A 2-rank point at one device a node (a job's -p devices_per_node 1) crossed the nodes: its leave-one-out
+    # prediction takes the inter-node link kept beside the records, and says why not where none was measured.
+    import json
+
+    from accel_kit.predict.links import link_cache_path
+
+    one = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (32, 64, 128)]
+    records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-4, 0.5) for s in one]
+    two = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision="bf16")
+    across = _record("cpu", "scaling", two, two.tokens_per_step_per_device * 1e-4 * 1.5, 0.5)
+    across["params"]["devices_per_node"] = 1
+    records.append(across)
+
+    def row():
+        df = held_out(records, ["cpu"], link_root=str(tmp_path), probe=False)
+        return df[df["record_id"] == across["record_id"]].iloc[0]
+
+    assert "no measured inter-node link" in row()["why_not"]
+    path = link_cache_path("cpu", tmp_path, inter_node=True)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"node_bandwidth_GBps": 1.0, "latency_us": 50.0, "source": "measured: test"}))
+    assert row()["predicted_step_s"] > 0
