@@ -158,10 +158,10 @@ def _probe_link(system: str, *, ranks: int, nodes: int, launcher: str | None, ro
     from accel_kit.predict.links import link_cache_path, probe_link
 
     # The probe keeps what it measured beside the records; that folder must take it before the probe runs.
-    writable_file(link_cache_path(system, root, inter_node=nodes > 1), "measured link")
+    kept = writable_file(link_cache_path(system, root, inter_node=nodes > 1), "measured link")
     link = probe_link(system, ranks=ranks, nodes=nodes, launcher=launcher, root=root)
     print(f"{'inter-node ' if nodes > 1 else ''}link of {system}: {link.bandwidth_GBps:.3g} GB/s per rank, "
-          f"{link.latency_us:.3g} us per step ({link.source}); kept in {link_cache_path(system, root, inter_node=nodes > 1)}")
+          f"{link.latency_us:.3g} us per step ({link.source}); kept in {kept}")
 
 
 def _cmd_link(args: argparse.Namespace) -> int:

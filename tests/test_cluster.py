@@ -158,7 +158,8 @@ def fault_job(slurm, tmp_path_factory):
     """A job whose first point trains long enough to lose a rank mid-point (LONG_STEPS steps of 2 ranks, across both
     nodes), then a short point (``also``: the same at 2 steps); its script and its records' folder."""
     folder = tmp_path_factory.mktemp("fault")
-    script = _jobscript(folder, "--no-link-probe", "-p", "preset", "gpt2-debug", "-p", "device_counts", "[2]", "-p", "precision", "fp32",
+    script = _jobscript(folder, "--no-link-probe", "-p", "preset", "gpt2-debug", "-p", "device_counts", "[2]",
+                        "-p", "precision", "fp32",
                         "-p", "steps", str(LONG_STEPS), "-p", "time_budget_s", "600",
                         "-p", "timeout_s", str(FAULT_TIMEOUT_S),
                         "-p", "also", "[{steps: 2}]")

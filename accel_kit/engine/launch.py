@@ -277,7 +277,8 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         per_node_ranks = devices_per_node if launcher == "torchrun" else tasks_per_node or devices_per_node
         ranks = nodes * per_node_ranks
         probe = ("\n# The link between the nodes, measured for the predictor (accel-kit predict) and kept beside the "
-                 "records;\n# the study runs without it where the probe fails (jobscript --no-link-probe leaves it out)."
+                 "records;\n# the study runs without it where the probe fails (jobscript --no-link-probe leaves it "
+                 "out)."
                  f"\naccel-kit link --system {system} --nodes {nodes} --ranks {ranks} --launcher {launcher} "
                  "|| echo 'accel-kit: the inter-node link probe failed; the study runs on' >&2")
     hours, minutes, seconds = map(int, match.groups())

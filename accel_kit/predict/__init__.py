@@ -44,7 +44,8 @@ class WhatIfParams(StudyParams):
     pp_microbatches: PositiveInt | None = None  # chunks per micro-batch in the pipeline; None: pp
     pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
-    devices_per_node: PositiveInt | None = None  # devices a node holds (a ring of more crosses nodes); None: the system's
+    # Devices a node holds (a ring of more crosses nodes, over the inter-node link); None: the system's.
+    devices_per_node: PositiveInt | None = None
     records: list[str] | None = None  # output folders (or .jsonl files, archives) to learn from; None: outputs/
     # Inference (``WhatIf.inference``): the preset's greedy generations of each batch, prompt and output length.
     inference_batch_sizes: list[PositiveInt] = [1]
