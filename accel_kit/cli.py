@@ -57,7 +57,10 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.devices import get_adapter
     from accel_kit.paths import writable_file
     from accel_kit.systems import load_system
-    from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, check_job, render_jobscript
+    from accel_kit.engine.launch import (SCHEDULER_LAUNCHER, SUBMIT, check_job, job_log, job_walltime,
+                                         render_jobscript)
+    from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
+    from accel_kit.paths import output_dir
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
     if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
@@ -92,28 +95,56 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     per_node = getattr(params, "devices_per_node", None) or per_node  # a -p devices_per_node of the user's wins
     # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
     # fails on its nodes), and said in it.
-    from accel_kit.studies._training import AxesParams, all_points, layout_lines, unresolved_precision
+    from accel_kit.studies._training import (AxesParams, all_points, layout_lines, left_out_lines,
+                                             unresolved_precision)
 
     layout: list[str] = []
+    walltime = args.walltime or DEFAULT_WALLTIME
     if isinstance(params, AxesParams):  # (GenSLM and sparsity make their points their own way)
         params.check(system)
-        layout = layout_lines(all_points(params, system, unresolved_precision))
+        points = all_points(params, system, unresolved_precision)
+        # The job lists only the points its nodes hold (the others would be recorded as unsupported), and asks
+        # the time they may take.
+        nodes = 1 if params.launcher == "local" else args.nodes
+        runnable = [p for p in points if p.nodes <= nodes]
+        left_out = [p for p in points if p.nodes > nodes]
+        if not runnable:
+            least = min(p.nodes for p in points)
+            raise AccelKitError(f"no point of {args.study} fits the job's {nodes * per_node} devices "
+                                f"({nodes} node(s) x {per_node}): the least needs {least} node(s); "
+                                f"ask --nodes {least}")
+        layout = layout_lines(runnable) + (left_out_lines(left_out, nodes, per_node) if left_out else [])
+        if scheduler != "appliance":  # (an appliance's walltime is each of its jobs' limit, not the run's)
+            precisions = {p.precision for p in runnable}
+            walltime, why = job_walltime(len(runnable), params.timeout_s, grace_s=TERM_GRACE_S,
+                                         peaks=len(precisions) if params.measure_peak else 0,
+                                         peak_timeout_s=PEAK_TIMEOUT_S, given=args.walltime)
+            layout[0:0] = why
 
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
+    log = job_log(scheduler, str(path))
+    outputs = output_dir().resolve()
     text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
-                            devices_per_node=per_node, profile=args.profile, walltime=args.walltime,
+                            devices_per_node=per_node, profile=args.profile, walltime=walltime,
                             path=str(path), overrides=overrides, launcher=params.launcher,
                             setup=launch.setup + tuple(args.setup or environment_setup()),
                             directives=launch.directives, template=launch.template,
                             tasks_per_node=1 if params.launcher == "torchrun" else adapter.layout(per_node).processes,
-                            layout=tuple(layout), probe_link=args.link_probe)
+                            layout=tuple(layout), probe_link=args.link_probe, gpus_per_node=system.gpus_per_node,
+                            log=log, outputs=str(outputs))
     writable_file(path, "job script")
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)
-    print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}; "
-          f"{SUBMIT[scheduler]} {path}")
+    gpus = f" ({system.gpus_per_node} GPUs each asked)" if system.gpus_per_node and scheduler != "appliance" else ""
+    where = "" if scheduler == "appliance" else f", its log {log}"
+    print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}{gpus}, wall time {walltime}; "
+          f"records under {outputs}{where}; {SUBMIT[scheduler]} {path}")
     return 0
+
+
+# The wall time of a job whose points the CLI does not count (GenSLM's, sparsity's) and each appliance job's limit.
+DEFAULT_WALLTIME = "01:00:00"
 
 
 def environment_setup() -> tuple[str, ...]:
@@ -253,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="pbs, slurm, or appliance (a cluster without batch scheduler, whose script "
                           "the system's adapter writes); default: the system's first")
     job.add_argument("--profile", default="full")
-    job.add_argument("--walltime", default="01:00:00", help="HH:MM:SS (default: 01:00:00)")
+    job.add_argument("--walltime", default=None,
+                     help="HH:MM:SS (default: the listed points' timeouts added up, plus the job's setup, rounded "
+                          "up to a quarter hour, at most 24:00:00; 01:00:00 where the points are not counted)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")
     job.add_argument("--launcher", choices=["mpiexec", "srun", "torchrun"], default=None,
                      help="how each point starts its ranks: mpiexec or srun (every rank), or torchrun (one per "

@@ -37,6 +37,10 @@ class System(BaseModel):
     adapter: str  # key of accel_kit.devices.ADAPTERS
     device_model: str  # what the vendor calls one device
     devices_per_node: PositiveInt = 1
+    # The GPUs a node has, as its batch scheduler counts them: what a job script asks for (Slurm's
+    # --gpus-per-node, PBS's ngpus). None: the devices are not GPUs (a CPU, an HPU, an IPU, an RDU, a CS-2),
+    # and a job asks for none. It may differ from devices_per_node (an Intel Max GPU's 2 stacks are 2 devices).
+    gpus_per_node: PositiveInt | None = None
     precisions: list[Precision]  # the microbenchmark's sweep on this system (the paper's, for its systems)
     default_precision: PrecisionRequest  # auto: the adapter picks the lowest precision native at speed
     micro_batch_size: PositiveInt = 1  # the paper's per-device batch for GPT-2 XL

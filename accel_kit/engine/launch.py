@@ -162,15 +162,16 @@ PBS_TEMPLATE = """#!/bin/bash
 # accel-kit {study} on {nodes} node(s) of {system} ({devices_per_node} devices each), PBS Pro (as on ALCF
 # Polaris); each point's processes start with {launcher}. Submit with: qsub {path}{layout}
 #PBS -N accel-kit-{study}
-#PBS -l select={nodes}
+#PBS -l select={nodes}{select_gpus}
 #PBS -l walltime={walltime}
 #PBS -l filesystems=home
 #PBS -j oe
+#PBS -o {log}
 ##PBS -A <your project>  # uncomment and set
 ##PBS -q <queue>{directives}
 set -euo pipefail
 workdir={workdir}
-cd "${{PBS_O_WORKDIR:-$workdir}}"
+cd "${{PBS_O_WORKDIR:-$workdir}}"{outputs_lines}
 # The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}{probe}
 accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
@@ -182,11 +183,12 @@ SLURM_TEMPLATE = """#!/bin/bash
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node={tasks_per_node}
 #SBATCH --time={walltime}
+#SBATCH --output={log}{gpus}
 ##SBATCH --account=<your account>  # uncomment and set
 ##SBATCH --partition=<partition>{directives}
 set -euo pipefail
 workdir={workdir}
-cd "${{SLURM_SUBMIT_DIR:-$workdir}}"
+cd "${{SLURM_SUBMIT_DIR:-$workdir}}"{outputs_lines}
 # The environment accel-kit is installed in (jobscript --setup LINE, or the venv jobscript ran from).{setup}{probe}
 accel-kit run {study} --system {system} --profile {profile} -p launcher {launcher} -p max_nodes {nodes} -p devices_per_node {devices_per_node}{extra}
 """
@@ -202,14 +204,71 @@ SUBMIT = {"pbs": "submit with qsub", "slurm": "submit with sbatch", "appliance":
 _WALLTIME = re.compile(r"(\d+):([0-5]\d):([0-5]\d)")
 
 
+# A job's wall time when the CLI derives it (``job_walltime``): each point's budget (its timeout, and the grace a
+# point past it gets to end), plus the job's own setup before the first point, rounded up, at most MAX_WALLTIME_S.
+JOB_SETUP_S = 600  # the environment's activation, the data's preparation, the link probe: minutes, not hours
+WALLTIME_STEP_S = 900  # rounded up to a quarter hour: a figure a person reads at a glance
+MAX_WALLTIME_S = 24 * 3600  # the longest job most sites' queues take (ALCF Polaris's prod queue: 24 h)
+
+
+def format_walltime(seconds: float) -> str:
+    """``seconds`` as HH:MM:SS, whole seconds rounded up (hours may pass 24)."""
+    whole = int(-(-seconds // 1))
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def job_walltime(points: int, timeout_s: float, *, grace_s: float = 0, peaks: int = 0, peak_timeout_s: float = 0,
+                 given: str | None = None) -> tuple[str, list[str]]:
+    """The wall time a job of ``points`` points needs at most (``given``, the user's, instead where set), and
+    how it was derived: the script's comment lines.
+
+    Each point may run until its ``timeout_s``, then gets ``grace_s`` to end; before the first, the job sets up
+    (``JOB_SETUP_S``) and measures ``peaks`` matmul peaks (one per precision its points run in), each bounded by
+    ``peak_timeout_s``. The sum is rounded up to ``WALLTIME_STEP_S`` and clipped to ``MAX_WALLTIME_S``: points
+    the job does not reach run when the script is submitted again (the run resumes the points recorded).
+    """
+    total_s = points * (timeout_s + grace_s) + JOB_SETUP_S + peaks * peak_timeout_s
+    asked_s = min(-(-total_s // WALLTIME_STEP_S) * WALLTIME_STEP_S, MAX_WALLTIME_S)
+    parts = [f"{points} point(s) x ({timeout_s:.0f} s timeout_s + {grace_s:.0f} s to end one past it)",
+             f"{JOB_SETUP_S} s setup (environment, data, link probe)"]
+    if peaks:
+        parts.append(f"{peaks} matmul peak measurement(s) x {peak_timeout_s:.0f} s")
+    budgets = " + ".join(parts) + f" = {format_walltime(total_s)}"
+    if given:
+        return given, _wrapped(f"Wall time {given}, as given (jobscript --walltime); the points' budgets: {budgets}")
+    why = f"Wall time {format_walltime(asked_s)} (jobscript --walltime sets another): {budgets}"
+    if total_s > MAX_WALLTIME_S:
+        why += (f", more than the {format_walltime(MAX_WALLTIME_S)} most sites allow; submit the script again for "
+                "the points not reached (the run resumes those recorded)")
+    else:
+        why += f", rounded up to {WALLTIME_STEP_S // 60} minutes"
+    return format_walltime(asked_s), _wrapped(why)
+
+
+def _wrapped(text: str) -> list[str]:
+    """``text`` as a script's comment lines of a readable width, the lines after the first indented."""
+    import textwrap
+
+    return textwrap.wrap(text, 110, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
+def job_log(scheduler: str, path: str) -> str:
+    """Where a job script's output goes: beside the script, its name's, absolute (a scheduler resolves a relative
+    path against a folder of its own); Slurm's with the job's id (``%j``), so a resubmission keeps the first log."""
+    base = os.path.splitext(os.path.abspath(path))[0]
+    return f"{base}.%j.log" if scheduler == "slurm" else f"{base}.log"
+
+
 def _single_quoted(value: str) -> str:
     """``value`` as one shell word in single quotes (a ``'`` inside is closed, escaped, reopened)."""
     return "'" + value.replace("'", "'\\''") + "'"
 
 
-def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int, walltime: str) -> re.Match:
+def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int,
+              walltime: str | None) -> re.Match | None:
     """The job's scheduler, node count and walltime checked (``render_jobscript``'s first step, and the CLI's
-    before it resolves the study's parameters); returns the walltime's match.
+    before it resolves the study's parameters); returns the walltime's match (None for a walltime the CLI will
+    derive from the points: ``job_walltime``).
 
     Raises:
         ParameterError: the first value out of range or malformed.
@@ -220,6 +279,8 @@ def check_job(scheduler: str, *, system: str, nodes: int, devices_per_node: int,
         raise ParameterError(f"--nodes must be at least 1, got {nodes}")
     if devices_per_node < 1:  # (a system's YAML cannot say less than 1: this is --devices-per-node)
         raise ParameterError(f"--devices-per-node must be at least 1, got {devices_per_node}")
+    if walltime is None:
+        return None
     match = _WALLTIME.fullmatch(walltime)
     if not match or not any(int(part) for part in match.groups()):
         raise ParameterError(f"--walltime must be HH:MM:SS (minutes and seconds below 60) and more than zero, "
@@ -231,7 +292,8 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                      walltime: str, path: str, overrides: list[tuple[str, str]] | None = None,
                      launcher: str | None = None, setup: tuple[str, ...] = (),
                      directives: tuple[str, ...] = (), tasks_per_node: int | None = None,
-                     template: str | None = None, layout: tuple[str, ...] = (), probe_link: bool = True) -> str:
+                     template: str | None = None, layout: tuple[str, ...] = (), probe_link: bool = True,
+                     gpus_per_node: int | None = None, log: str | None = None, outputs: str | None = None) -> str:
     """A PBS or Slurm job script that runs ``study`` on ``nodes`` nodes, or a script for an appliance cluster.
 
     Args:
@@ -252,12 +314,20 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
         layout: lines saying the points' parallel layouts (written as comments), and with the torchrun
             launcher how each point starts its ranks.
         probe_link: on several nodes, measure the inter-node link first (``accel-kit link``), for the predictor.
+        gpus_per_node: the GPUs each node has (the system's ``gpus_per_node``), asked of the scheduler (Slurm's
+            ``--gpus-per-node``, PBS's ``ngpus``); None: a system whose devices are not GPUs, none asked.
+        log: where the job's output goes (``#SBATCH --output``, ``#PBS -o``); None: ``job_log``'s, beside the
+            script.
+        outputs: the folder the run's records go under, unless ``ACCEL_KIT_OUTPUT_DIR`` is set when the job
+            runs; None: this process's (``accel_kit.paths.output_dir``), absolute.
 
     Raises:
         ParameterError: any of the above out of range or malformed (a scheduler would reject
             the script, or run it to no purpose, only after it waited in the queue).
     """
     match = check_job(scheduler, system=system, nodes=nodes, devices_per_node=devices_per_node, walltime=walltime)
+    if match is None:
+        raise ParameterError("a job script needs its walltime (HH:MM:SS)")
     template = template or SCHEDULERS[scheduler]
     if template is None:
         raise ParameterError(f"scheduler {scheduler!r} runs the system adapter's own script, and {system!r} has none")
@@ -281,10 +351,31 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                  "out)."
                  f"\naccel-kit link --system {system} --nodes {nodes} --ranks {ranks} --launcher {launcher} "
                  "|| echo 'accel-kit: the inter-node link probe failed; the study runs on' >&2")
+    if gpus_per_node is not None and gpus_per_node < 1:
+        raise ParameterError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
+    log = log or job_log(scheduler, path)
+    if "{log}" in template and re.search(r"\s", log):  # a #SBATCH or #PBS line ends its value at a space
+        raise ParameterError(f"the job's log {log!r} has a space, which a scheduler line cannot carry; "
+                             "write the script (--out) to a folder without one")
     hours, minutes, seconds = map(int, match.groups())
-    from accel_kit.paths import project_root
+    from accel_kit.paths import output_dir, project_root
 
     root = project_root()
+    outputs = os.path.abspath(outputs or output_dir())
+    # The job's records land where the script says, not in whatever folder the job starts from; a folder set
+    # at submission (ACCEL_KIT_OUTPUT_DIR in the job's environment) still wins.
+    outputs_lines = (f"\n# The run's records go under this folder ({study}/{system}.jsonl there), as does the link's "
+                     "measurement;\n# an ACCEL_KIT_OUTPUT_DIR set when the job is submitted wins."
+                     f"\noutputs={shlex.quote(outputs)}"
+                     '\nexport ACCEL_KIT_OUTPUT_DIR="${ACCEL_KIT_OUTPUT_DIR:-$outputs}"')
+    # A GPU system's job asks for the node's GPUs: without them a site's scheduler gives the job none (its
+    # devices are hidden from it: cgroups, CUDA_VISIBLE_DEVICES), and every point fails for want of a device.
+    gpus = select_gpus = ""
+    if gpus_per_node:
+        gpus = f"\n#SBATCH --gpus-per-node={gpus_per_node}"
+        select_gpus = f":ngpus={gpus_per_node}"
+        lines[0:0] = _wrapped(f"The job asks for each node's {gpus_per_node} GPUs (gpus_per_node in "
+                              f"params/systems/{system}.yaml): a site gives a job no GPU it did not ask for.")
     return template.format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
                            profile=profile, walltime=walltime, path=path, launcher=launcher,
                            tasks_per_node=tasks_per_node or devices_per_node,
@@ -292,4 +383,6 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                            workdir=shlex.quote(os.getcwd()), extra=extra,
                            setup="".join(f"\n{line}" for line in setup), probe=probe,
                            layout="".join(f"\n# {line}" for line in lines),
-                           directives="".join(f"\n{line}" for line in directives))
+                           directives="".join(f"\n{line}" for line in directives), log=log,
+                           gpus=gpus, select_gpus=select_gpus, outputs=shlex.quote(outputs),
+                           outputs_lines=outputs_lines)

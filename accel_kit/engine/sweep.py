@@ -189,6 +189,11 @@ def _tail(output: bytes | None, lines: int) -> str:
     return "\n".join(kept[-lines:])
 
 
+# How long one matmul peak measurement may run (PeakReference's, before the sweep's points; a job script's wall
+# time counts it: accel_kit.engine.launch.job_walltime).
+PEAK_TIMEOUT_S = 600
+
+
 class PeakReference:
     """The measured matmul peak per precision: before the sweep, and again when a point beats it.
 
@@ -196,7 +201,7 @@ class PeakReference:
     process, so nothing it allocates stays in the runner.
     """
 
-    def __init__(self, system: str, shapes: tuple[tuple[int, int, int], ...] = (), *, timeout_s: float = 600,
+    def __init__(self, system: str, shapes: tuple[tuple[int, int, int], ...] = (), *, timeout_s: float = PEAK_TIMEOUT_S,
                  enabled: bool = True):
         self.system, self.shapes, self.timeout_s, self.enabled = system, shapes, timeout_s, enabled
         self.best: dict[str, peaks.MeasuredPeak | None] = {}

@@ -290,6 +290,21 @@ def layout_lines(points: list[TrainPoint]) -> list[str]:
     return lines
 
 
+def left_out_lines(points: list[TrainPoint], nodes: int, devices_per_node: int) -> list[str]:
+    """What a job script says of the points its ``nodes`` cannot hold (``points``: those): per configuration the
+    devices each needs. The run records them as unsupported without starting them (``run_worker``)."""
+    configs: dict[tuple[str, str, str], list[TrainPoint]] = {}
+    for p in points:
+        configs.setdefault((p.preset, p.precision, layout_label(p)), []).append(p)
+    lines = [f"Left out: points that need more than the job's {nodes * devices_per_node} devices ({nodes} node(s) x "
+             f"{devices_per_node});", "  the run records them as unsupported, without starting them"]
+    for (preset, precision, label), mine in configs.items():
+        counts = ", ".join(dict.fromkeys(str(p.devices) for p in mine))
+        lines.append(f"  left out: {preset} {precision}: {label} on {counts} devices, the job has "
+                     f"{nodes * devices_per_node}")
+    return lines
+
+
 def layout_label(row: Any) -> str:
     """A point's layout as a table or a legend names it: ``ddp``, ``fsdp``, ``ddp, tp 2``; ``row``: a record
     row or a point (its ``engine``, ``tp``, ``pp``, ``cp``)."""
