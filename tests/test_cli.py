@@ -154,6 +154,89 @@ def test_jobscript_devices_per_node_spreads_the_points():
     assert local.devices_per_node == 8 and local.nodes == 1  # without a job: the system's figure, keys unchanged
 
 
+def _job_h200(tmp_path: Path, scheduler: str, *args: str) -> str:
+    out = tmp_path / f"job.{scheduler}.sh"
+    assert cli.main(["jobscript", "scaling", "--system", "h200", "--nodes", "2", "--scheduler", scheduler,
+                     "--profile", "full", "--out", str(out), *args]) == 0
+    return out.read_text()
+
+
+def test_jobscript_for_gpus_asks_them_names_its_log_and_lists_what_the_job_holds(capsys, tmp_path):
+    # Issue 40, item 7: a 2-node H200 script asked no GPUs, had no log, listed 32- and 64-device layouts in a
+    # 16-device job, and asked one hour for points of an hour each.
+    from accel_kit import studies
+    from accel_kit.engine.launch import JOB_SETUP_S, format_walltime
+    from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
+    from accel_kit.studies._training import all_points, unresolved_precision
+    from accel_kit.systems import load_system
+
+    text = _job_h200(tmp_path, "slurm")
+    assert "#SBATCH --gpus-per-node=8" in text  # the system file's gpus_per_node
+    assert f"#SBATCH --output={tmp_path / 'job.slurm.%j.log'}" in text
+    assert "8 GPUs each asked" in capsys.readouterr().out
+    layouts = text[text.index("# Layouts:"):text.index("# Left out:")]
+    assert " 16 (dp 16)" in layouts and "32" not in layouts and "64" not in layouts
+    assert "#   left out: gpt2-xl bf16: ddp on 32, 64 devices, the job has 16" in text
+    # The wall time: the listed points' timeouts (and grace) plus the setup and one bf16 peak, to a quarter hour.
+    params = studies.resolve("scaling", "full")
+    listed = [p for p in all_points(params, load_system("h200"), unresolved_precision) if p.devices <= 16]
+    total_s = len(listed) * (params.timeout_s + TERM_GRACE_S) + JOB_SETUP_S + PEAK_TIMEOUT_S
+    walltime = format_walltime(-(-total_s // 900) * 900)
+    assert f"#SBATCH --time={walltime}" in text and walltime > "01:00:00"
+    assert f"# Wall time {walltime} (jobscript --walltime sets another): {len(listed)} point(s) x" in text
+    assert subprocess.run(["bash", "-n", "-c", text]).returncode == 0
+    # PBS: the GPUs in the select line, and the log named
+    pbs = _job_h200(tmp_path, "pbs")
+    assert "#PBS -l select=2:ngpus=8\n" in pbs and f"#PBS -o {tmp_path / 'job.pbs.log'}" in pbs
+    # A wall time given wins; the comment still says what the points' budgets add up to.
+    given = _job_h200(tmp_path, "slurm", "--walltime", "02:00:00")
+    assert "#SBATCH --time=02:00:00" in given and "# Wall time 02:00:00, as given (jobscript --walltime)" in given
+
+
+def test_jobscript_for_a_cpu_asks_no_gpus_and_keeps_the_outputs_given_at_submission(capsys, tmp_path):
+    # The two-node cluster tests (tests/test_cluster.py) submit this script unedited, with ACCEL_KIT_OUTPUT_DIR set.
+    from accel_kit.paths import output_dir
+
+    out = tmp_path / "job.sh"
+    assert cli.main(["jobscript", "scaling", "--system", "cpu", "--nodes", "2", "--scheduler", "slurm", "--profile",
+                     "smoke", "--devices-per-node", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "gpus" not in text.lower() and "#SBATCH --time=00:15:00" in text  # 2 points of 120 s, and the setup
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("outputs="))
+    snippet = "\n".join(lines[start:start + 2] + ['printf %s "$ACCEL_KIT_OUTPUT_DIR"'])
+    env = {k: v for k, v in os.environ.items() if k != "ACCEL_KIT_OUTPUT_DIR"}
+    default = subprocess.run(["bash", "-c", snippet], env=env, capture_output=True, text=True).stdout
+    assert default == str(output_dir().resolve())  # the folder jobscript would write records to
+    given = subprocess.run(["bash", "-c", snippet], env=env | {"ACCEL_KIT_OUTPUT_DIR": "/elsewhere"},
+                           capture_output=True, text=True).stdout
+    assert given == "/elsewhere"
+
+
+def test_jobscript_with_no_point_the_job_holds_is_one_line(capsys, tmp_path):
+    out = tmp_path / "job.sh"
+    err = fail_one_line(["jobscript", "scaling", "--system", "h200", "--nodes", "2", "--out", str(out),
+                         "-p", "device_counts", "[32]", "-p", "also", "[]"], capsys)
+    assert "no point of scaling fits the job's 16 devices (2 node(s) x 8)" in err and "ask --nodes 4" in err
+    # a log path a scheduler line cannot carry: one line too
+    spaced = tmp_path / "my jobs"
+    spaced.mkdir()
+    assert "has a space" in fail_one_line([*JOB, "--nodes", "1", "--out", str(spaced / "job.sh")], capsys)
+    assert list(tmp_path.iterdir()) == [spaced] and list(spaced.iterdir()) == []
+
+
+def test_job_walltime_rounds_up_and_is_clipped():
+    from accel_kit.engine.launch import MAX_WALLTIME_S, format_walltime, job_walltime
+
+    assert format_walltime(3600 * 30 + 61.2) == "30:01:02"
+    walltime, why = job_walltime(2, 120, grace_s=10)  # 860 s
+    assert walltime == "00:15:00" and why[-1].endswith("rounded up to 15 minutes")
+    walltime, why = job_walltime(100, 3600)
+    assert walltime == format_walltime(MAX_WALLTIME_S) == "24:00:00"
+    assert "= 100:10:00, more than the 24:00:00" in " ".join(why) and "submit the script again" in " ".join(why)
+    assert all(len(line) <= 110 for line in why)
+
+
 def test_jobscript_setup_lines(capsys, tmp_path, monkeypatch):
     out = tmp_path / "job.sh"
     argv = [*JOB, "--nodes", "1", "--scheduler", "pbs", "--out", str(out)]
