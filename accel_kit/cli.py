@@ -136,10 +136,11 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     with atomic_path(path) as tmp:  # never a half-written script for a scheduler to pick up
         tmp.write_text(text)
         tmp.chmod(0o755)
-    gpus = f" ({system.gpus_per_node} GPUs each asked)" if system.gpus_per_node and scheduler != "appliance" else ""
-    where = "" if scheduler == "appliance" else f", its log {log}"
-    print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}{gpus}, wall time {walltime}; "
-          f"records under {outputs}{where}; {SUBMIT[scheduler]} {path}")
+    gpus = f", {system.gpus_per_node} GPUs a node asked" if system.gpus_per_node and scheduler != "appliance" else ""
+    # (an appliance's script is the adapter's own: it names neither a log nor the records' folder)
+    where = "" if scheduler == "appliance" else f"; records under {outputs}, its log {log}"
+    print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}{gpus}, wall time {walltime}"
+          f"{where}; {SUBMIT[scheduler]} {path}")
     return 0
 
 
@@ -286,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument("--profile", default="full")
     job.add_argument("--walltime", default=None,
                      help="HH:MM:SS (default: the listed points' timeouts added up, plus the job's setup, rounded "
-                          "up to a quarter hour, at most 24:00:00; 01:00:00 where the points are not counted)")
+                          "up to a quarter hour, at most 24:00:00; 01:00:00 where the points are not counted: "
+                          "GenSLM, sparsity, and an appliance's, where it is each of its jobs' limit)")
     job.add_argument("--out", default=None, help="script path (default: accel-kit-STUDY-SYSTEM-Nn.SCHED.sh)")
     job.add_argument("--launcher", choices=["mpiexec", "srun", "torchrun"], default=None,
                      help="how each point starts its ranks: mpiexec or srun (every rank), or torchrun (one per "

@@ -173,7 +173,7 @@ def test_jobscript_for_gpus_asks_them_names_its_log_and_lists_what_the_job_holds
     text = _job_h200(tmp_path, "slurm")
     assert "#SBATCH --gpus-per-node=8" in text  # the system file's gpus_per_node
     assert f"#SBATCH --output={tmp_path / 'job.slurm.%j.log'}" in text
-    assert "8 GPUs each asked" in capsys.readouterr().out
+    assert "8 GPUs a node asked" in capsys.readouterr().out
     layouts = text[text.index("# Layouts:"):text.index("# Left out:")]
     assert " 16 (dp 16)" in layouts and "32" not in layouts and "64" not in layouts
     assert "#   left out: gpt2-xl bf16: ddp on 32, 64 devices, the job has 16" in text
