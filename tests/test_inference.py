@@ -142,7 +142,8 @@ def test_a_decoder_bert_and_a_causal_lm_config_generate(tmp_path):
     from hf_configs import write
 
     decoder = write(tmp_path / "bert", BertConfig(**_TINY_BERT, is_decoder=True, architectures=["BertLMHeadModel"]))
-    qwen = write(tmp_path / "qwen", Qwen2Config(**_TINY_BERT, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]))
+    qwen = write(tmp_path / "qwen",
+                 Qwen2Config(**_TINY_BERT, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]))
     params = studies.resolve("inference", "smoke", presets=[qwen, "gpt2-debug"], serve_presets=[decoder, qwen])
     assert params.serve_presets == [decoder, qwen]
 

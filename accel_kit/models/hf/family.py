@@ -153,8 +153,9 @@ class TransformersCausalLM(Family):
         declared = [name for name in getattr(hf, "architectures", None) or [] if name in dir(transformers)]
         if declared and not set(declared) & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
             return f"its architecture {', '.join(declared)} has no causal-LM head (no AutoModelForCausalLM class)"
-        if False in _structure(cfg).causal_flags and True not in _structure(cfg).causal_flags:
-            hint = " (transformers makes it a decoder where the config sets is_decoder)" if hasattr(hf, "is_decoder") else ""
+        if _structure(cfg).causal_flags == {False}:
+            hint = " (transformers makes it a decoder where the config sets is_decoder)" \
+                if hasattr(hf, "is_decoder") else ""
             return f"{cfg.architecture} attends both ways for this config, as an encoder does{hint}"
         return None
 
