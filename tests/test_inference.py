@@ -113,6 +113,41 @@ def test_a_request_rate_of_zero_is_one_line(capsys):
     assert "request_rates" in err and "request_rate must be a positive number of requests per second" in err
 
 
+_TINY_BERT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, vocab_size=256,
+                  max_position_embeddings=64)
+
+
+# An encoder's config: transformers has a causal-LM class for model_type bert (BertLMHeadModel), so only the
+# config's own architecture, or the attention it builds, says it does not generate.
+@pytest.mark.parametrize("parameter", ["presets", "serve_presets"])
+@pytest.mark.parametrize("encoder", [
+    (dict(architectures=["BertModel"]), "its architecture BertModel has no causal-LM head"),
+    (dict(), "BertLMHeadModel attends both ways for this config, as an encoder does")])
+def test_an_encoder_only_config_is_refused_in_one_line_before_any_point(capsys, tmp_path, parameter, encoder):
+    from transformers import BertConfig
+
+    from hf_configs import write
+
+    fields, why = encoder
+    preset = write(tmp_path / "bert", BertConfig(**_TINY_BERT, **fields))
+    err = fail_one_line(_SMOKE + ["--output-dir", str(tmp_path / "out"), "-p", parameter, f"[{preset}]"], capsys)
+    assert f"parameter '{parameter}': model preset {preset} does not generate: {why}" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.jsonl"))  # no point ran
+
+
+def test_a_decoder_bert_and_a_causal_lm_config_generate(tmp_path):
+    from transformers import BertConfig, Qwen2Config
+
+    from accel_kit import studies
+    from hf_configs import write
+
+    decoder = write(tmp_path / "bert", BertConfig(**_TINY_BERT, is_decoder=True, architectures=["BertLMHeadModel"]))
+    qwen = write(tmp_path / "qwen",
+                 Qwen2Config(**_TINY_BERT, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"]))
+    params = studies.resolve("inference", "smoke", presets=[qwen, "gpt2-debug"], serve_presets=[decoder, qwen])
+    assert params.serve_presets == [decoder, qwen]
+
+
 @pytest.mark.parametrize("slo", ["[0, 100ms]", "2000ms", "fast,slow"])
 def test_an_slo_that_is_not_two_positive_durations_is_one_line(capsys, slo):
     err = fail_one_line(_SMOKE + ["-p", "slo", slo], capsys)

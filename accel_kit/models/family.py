@@ -321,6 +321,11 @@ class Family(ABC):
 
     # --- inference (a static KV cache; ``accel_kit.models.generate`` runs it, docs/inference.md)
 
+    def why_not_generating(self, cfg: Any) -> str | None:
+        """Why the config's model does not generate text (an encoder ...), or None where it does: the inference
+        study refuses such a preset before any point. Our own families build causal LMs: None."""
+        return None
+
     # The family's models have ``forward_cached(idx (B, T), cache: KVCache, start: int) -> logits (B, 1, V_padded)``:
     # tokens at positions start .. start + T - 1 write their keys and values to the cache and attend over its
     # valid prefix; only the last position's logits are computed (``accel_kit.models.kv_cache``).

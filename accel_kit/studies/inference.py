@@ -67,10 +67,16 @@ class Params(StudyParams):
     @field_validator("presets", "serve_presets")
     @classmethod
     def _known_presets(cls, value: list[str] | None) -> list[str] | None:
-        from accel_kit.models import get_config
+        """Presets that generate: one line naming a preset that is none, or whose model does not generate (an
+        encoder's config would be served and measured as a generator: ok records, tokens/s, TPOT)."""
+        from accel_kit.errors import ParameterError
+        from accel_kit.models import family_of, get_config
 
         for preset in value or []:
-            get_config(preset)  # one line naming the preset where it is none
+            cfg = get_config(preset)  # one line naming the preset where it is none
+            why = family_of(cfg).why_not_generating(cfg)
+            if why:
+                raise ParameterError(f"model preset {preset} does not generate: {why}")
         return value
 
     @field_validator("output_lens")

@@ -42,12 +42,24 @@ class _Structure:
     layer_weights: int  # a decoder layer's linears and experts, the mean over the layers (dense and MoE alike)
     routed_expert_params: int  # one routed expert's parameters (its biases included: gpt-oss); 0 if dense
     experts_seen: tuple[int, int, int] = (0, 0, 0)  # (routed experts, one's width, MoE layers) of its experts modules
+    # the is_causal flags the decoder layers' attention modules hold (transformers' attention functions read them;
+    # a decoder's cross-attention holds False beside its causal self-attention); none: no module says
+    causal_flags: frozenset[bool] = frozenset()
 
 
 @lru_cache(maxsize=32)
 def _structure(cfg: HFConfig) -> _Structure:
-    with torch.device("meta"):
-        model = HFCausalLM(cfg)
+    from transformers.utils import logging as hf_logging
+
+    # transformers' warnings while it builds this probe (BertLMHeadModel's "add is_decoder=True" ...) are quiet: the
+    # model built to run says them again, and a preset refused here is refused in one line
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with torch.device("meta"):
+            model = HFCausalLM(cfg)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     _, layers = decoder_layers(model, cfg.n_layers)
     experts = [m for _, m in expert_modules(model)]
     linears = sum(k * n for layer in layers for _, k, n in layer_matmuls(layer))
@@ -57,7 +69,10 @@ def _structure(cfg: HFConfig) -> _Structure:
     if experts:  # down_proj: (experts, hidden, width), or (experts, width, hidden) where the weights are transposed
         first = experts[0]
         seen = (first.num_experts, first.down_proj.shape[-2 if first.is_transposed else -1], len(experts))
-    return _Structure(tuple(layer_matmuls(layers[0])), (linears + expert_params) // cfg.n_layers, one_expert, seen)
+    causal = frozenset(m.is_causal for layer in layers for m in layer.modules()
+                       if isinstance(getattr(m, "is_causal", None), bool))
+    return _Structure(tuple(layer_matmuls(layers[0])), (linears + expert_params) // cfg.n_layers, one_expert, seen,
+                      causal)
 
 
 def _with_experts_seen(cfg: HFConfig) -> HFConfig:
@@ -112,6 +127,37 @@ class TransformersCausalLM(Family):
         except (ParameterError, OSError, ValueError, KeyError):
             return ()
         return ("transformers.models.auto.modeling_auto", f"transformers.models.{model_type}.modeling_{model_type}")
+
+    def why_not_generating(self, cfg: HFConfig) -> str | None:
+        """Why transformers' model of ``cfg`` does not generate text, or None where it does.
+
+        ``load`` asks only that transformers have a causal-LM class for the config's ``model_type``, and
+        encoders have one too: BERT's is ``BertLMHeadModel``, which attends both ways unless the config sets
+        ``is_decoder``. Served or generated, such a model would be measured as a generator. So two more
+        questions, both answered by transformers rather than by a list of names:
+
+        1. The architectures the config declares (``architectures``, the class that saved it), where they name
+           classes transformers has, include a causal-LM class (one of ``AutoModelForCausalLM``'s): a
+           ``BertModel``'s or ``BertForMaskedLM``'s config is an encoder's, a ``BartForConditionalGeneration``'s
+           an encoder-decoder's, of which this family would build the decoder alone.
+        2. The decoder layers of the causal LM transformers builds attend causally: some attention module holds
+           ``is_causal`` True (the flag transformers' attention functions read), or none holds the flag
+           (state-space and recurrent layers, classes that keep none, transformers 4's encoders among them).
+        """
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        import transformers
+
+        hf = transformers_config(cfg)
+        # names transformers does not have (a misspelt class, remote code) say nothing either way
+        declared = [name for name in getattr(hf, "architectures", None) or [] if name in dir(transformers)]
+        if declared and not set(declared) & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
+            return f"its architecture {', '.join(declared)} has no causal-LM head (no AutoModelForCausalLM class)"
+        if _structure(cfg).causal_flags == {False}:
+            hint = " (transformers makes it a decoder where the config sets is_decoder)" \
+                if hasattr(hf, "is_decoder") else ""
+            return f"{cfg.architecture} attends both ways for this config, as an encoder does{hint}"
+        return None
 
     # --- building
 
