@@ -131,6 +131,41 @@ class Stopwatch:
         self._open = 0.0
 
 
+class Timeline:
+    """Times between marks set while work is queued, read with one synchronisation at the end.
+
+    Where ``Stopwatch`` synchronises on both sides of every region (right for a step whose parts must not
+    overlap), a loop of short steps (a decode step: a few milliseconds of kernels) would then wait for the
+    device at every step and time that wait too. Here each ``mark()`` records a device event in the stream
+    (``new_event``: the adapter's ``timing_event``), the steps queue back to back, and ``intervals_s()``
+    synchronises once and reads the events' elapsed times. A device without events (a CPU runs each
+    operation before returning) gives None for ``new_event``: each mark then reads the host clock.
+    """
+
+    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], Any] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.synchronize = synchronize
+        self.new_event = new_event
+        self.clock = clock
+        self.marks: list[Any] = []
+
+    def mark(self) -> None:
+        """The boundary between two steps (and before the first, after the last)."""
+        if self.new_event is None:
+            self.marks.append(self.clock())
+            return
+        event = self.new_event()
+        event.record()
+        self.marks.append(event)
+
+    def intervals_s(self) -> list[float]:
+        """Seconds between consecutive marks; synchronises the device once (the last mark's work done)."""
+        self.synchronize()
+        if self.new_event is None:
+            return [b - a for a, b in zip(self.marks, self.marks[1:])]
+        return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]  # events count ms
+
+
 class OverBudget(RuntimeError):
     """The first iteration says the whole measurement would exceed its time budget."""
 

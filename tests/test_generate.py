@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from accel_kit.models import family_of, get_config
-from accel_kit.models.generate import greedy_generate, timed_greedy_generate
+from accel_kit.models import generate as G
+from accel_kit.models.generate import Decoder, RecompiledInWindow, greedy_generate, timed_greedy_generate
+from accel_kit.timing import Timeline, percentiles
 
 PRESETS = ("gpt2-debug", "llama3-debug")
 PROMPT_LEN, NEW_TOKENS = 8, 16
@@ -76,6 +78,93 @@ def test_timed_generation_times_prefill_and_each_step():
     assert tokens.shape == (2, PROMPT_LEN + 5)
     assert times.prefill_s > 0 and len(times.decode_step_s) == 4 and all(t > 0 for t in times.decode_step_s)
     assert seen == [(i, (2,)) for i in range(5)]
+
+
+class _Events:
+    """A device whose events read a clock the test advances by hand, and whose synchronisations are counted."""
+
+    def __init__(self):
+        self.now_s, self.syncs = 0.0, 0
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def event(self):
+        device = self
+
+        class Event:
+            def record(self):
+                self.at_s = device.now_s
+
+            def elapsed_time(self, later):
+                return (later.at_s - self.at_s) * 1e3  # milliseconds, as torch's events give
+
+        return Event()
+
+
+def test_the_decode_loop_synchronises_once_per_generation_and_events_read_as_the_host_clock(monkeypatch):
+    _, _, model, prompt = _model("llama3-debug")
+    device = _Events()
+    steps_s = iter([0.004, 0.001, 0.002, 0.003, 0.0015] * 4)
+    forward = model.forward_cached
+
+    def slow_forward(*args):  # each forward takes a known time on the device's clock
+        device.now_s += next(steps_s)
+        return forward(*args)
+
+    monkeypatch.setattr(model, "forward_cached", slow_forward)
+    decoder = Decoder(model, 2, PROMPT_LEN + 5)
+    on_events = Timeline(device.synchronize, device.event)
+    on_host = Timeline(lambda: None, None, clock=lambda: device.now_s)  # a CPU's: each mark reads the host clock
+
+    class Both:  # marks both timelines at each boundary the loop marks
+        def mark(self):
+            on_events.mark()
+            on_host.mark()
+
+    decoder.generate(prompt, 5, timeline=Both())
+    assert device.syncs == 0  # the loop itself never waits for the device
+    events, host = on_events.intervals_s(), on_host.intervals_s()
+    assert device.syncs == 1  # reading the times does, once
+    assert events == pytest.approx([0.004, 0.001, 0.002, 0.003, 0.0015]) and events == pytest.approx(host)
+    assert percentiles(events[1:], "tpot") == pytest.approx(percentiles(host[1:], "tpot"))
+
+
+def test_the_timeline_on_a_cpu_times_every_step_within_the_generation():
+    _, _, model, prompt = _model("gpt2-debug")
+    timeline = Timeline(lambda: None)
+    import time
+
+    start = time.perf_counter()
+    greedy_generate(model, prompt, 6, timeline=timeline)
+    wall_s = time.perf_counter() - start
+    intervals = timeline.intervals_s()
+    assert len(intervals) == 6 and all(t > 0 for t in intervals) and sum(intervals) <= wall_s
+
+
+@pytest.mark.slow  # compiles two tiny models with inductor: about 10 s on 2 cores
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_compiled_decode_gives_the_eager_tokens_and_compiles_once(preset):
+    _, _, model, prompt = _model(preset)
+    eager = greedy_generate(model, prompt, NEW_TOKENS)
+    decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, impl="compiled")
+    assert torch.equal(decoder.generate(prompt, NEW_TOKENS), eager)
+    assert decoder.compiles == 1  # one graph for every step: the position is a tensor, the shapes never change
+    decoder.freeze()
+    assert torch.equal(decoder.generate(prompt, NEW_TOKENS), eager) and decoder.compiles == 1
+
+
+def test_a_compile_after_the_warm_up_is_an_error(monkeypatch):
+    _, _, model, prompt = _model("gpt2-debug")
+    decoder = Decoder(model, 2, PROMPT_LEN + 3, impl="compiled")
+    decoder._step = lambda token, position: decoder._decode(token, int(position))  # no compile: the count is faked
+    counts = iter(range(0, 100, 2))
+    monkeypatch.setattr(G, "_graphs_compiled", lambda: next(counts))
+    decoder.generate(prompt, 3)
+    assert decoder.compiles == 2
+    decoder.freeze()
+    with pytest.raises(RecompiledInWindow, match="after its warm-up"):
+        decoder.generate(prompt, 3)
 
 
 def test_generation_past_the_context_is_refused():

@@ -92,7 +92,10 @@ def test_a_smoke_run_through_the_cli_gives_ok_records_with_percentiles_mfu_and_m
         # bytes a decode run reads: the weights once per step at least
         assert m["decode_bytes"] >= (rec["params"]["output_len"] - 1) * m["kv_cache_gib"] * 2**30 / 2
     first = recs[0]["metrics"]
-    assert first["hf_tokens_equal"] is True and first["hf_decode_tokens_per_s"] > 0
+    assert first["hf_decode_tokens_per_s"] > 0 and recs[0]["params"]["impl"] == "eager"  # a CPU's default
+    # the token check: fp32 greedy tokens equal (fp32 run here too), teacher-forced top-1 agreement and logits
+    assert first["tokens_equal_fp32"] is True and first["first_difference"] is None
+    assert first["top1_agreement"] == 1.0 and 0 <= first["max_logit_diff"] < 1e-3
     assert recs[1]["metrics"].get("hf_decode_tokens_per_s") is None  # one reference per preset
 
 
@@ -222,7 +225,9 @@ def test_the_study_table_figures_and_findings_from_records():
              "decode_tokens_per_s": 50.0 * b, "decode_tokens_per_s_trials": [49.0 * b, 50.0 * b, 51.0 * b],
              "hf_decode_tokens_per_s": 40.0 if b == 1 else None,
              "hf_decode_tokens_per_s_trials": [39.0, 40.0, 41.0] if b == 1 else None,
-             "hf_tokens_equal": True if b == 1 else None} for b in (1, 4)]
+             "tokens_equal_fp32": True if b == 1 else None, "first_difference": None,
+             "top1_agreement": 0.992 if b == 1 else None, "max_logit_diff": 0.0625 if b == 1 else None}
+            for b in (1, 4)]
     df = pd.DataFrame(rows)
     assert list(inference.table(df)["batch_size"]) == [1, 4]
     figs = inference.figures(df)
@@ -231,7 +236,8 @@ def test_the_study_table_figures_and_findings_from_records():
     assert figs["inference_ttft"].layout.yaxis.title.text == "TTFT (ms)"
     said = [f["text"] for f in inference.findings(df)]
     assert "decode at batch 4 gives 4.00x (95 % CI" in said[0]
-    assert "our decode gives 1.25x (95 % CI" in said[1] and "greedy tokens equal" in said[1]
+    assert "our decode gives 1.25x (95 % CI" in said[1] and "fp32 greedy tokens equal" in said[1]
+    assert "fp32 top-1 agreement 99.2 %, largest logit difference 0.0625" in said[1]
 
 
 def test_the_serving_table_figures_and_findings_from_records():

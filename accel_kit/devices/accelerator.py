@@ -132,6 +132,15 @@ class AcceleratorAdapter(BaseAdapter):
     def empty_cache(self) -> None:
         torch.accelerator.empty_cache()
 
+    def decode_impl(self) -> str:
+        # CUDA (and ROCm, behind torch.cuda) replay a compiled step as one captured graph: the faster there
+        # (issue-era H200 figures in docs/benchmarks.md); elsewhere compiling buys little for its minutes
+        return "compiled" if self.backend() == "cuda" else "eager"
+
+    def timing_event(self) -> Any:
+        # torch's device-generic event: CUDA's, ROCm's (HIP behind torch.cuda) and XPU's alike
+        return torch.Event(device=self.backend(), enable_timing=True)
+
     # --- precision: what the backend can run; how fast each runs is the measured matmul peak's to say
 
     def supported_precisions(self) -> tuple[str, ...]:

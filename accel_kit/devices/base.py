@@ -62,6 +62,17 @@ class BaseAdapter:
     def synchronize(self) -> None:
         """Block until all queued work on the device has finished (before reading a clock)."""
 
+    def timing_event(self) -> Any:
+        """A new timing event of the current stream (``torch.cuda.Event(enable_timing=True)``'s kind), for a
+        ``timing.Timeline`` that reads steps without stalling the device; None where the device has none
+        (the host's clock is then right: a CPU finishes each operation before returning)."""
+        return None
+
+    def decode_impl(self) -> str:
+        """The generate kind's default decode step (``accel_kit.models.generate.IMPLS``): eager unless the device
+        has a way to replay a step without launching its kernels one by one."""
+        return "eager"
+
     def empty_cache(self) -> None:
         """Give cached, unused device memory back (between points)."""
 

@@ -1,9 +1,10 @@
 """The offline-generation kind (``generate``): a batch of prompts prefilled, then decoded greedily, each step timed.
 
 One iteration of the shared measurement path (``accel_kit.engine.measurement``) is one whole greedy generation
-(``accel_kit.models.generate.greedy_generate``, a static KV cache allocated for input plus output): its
-``Stopwatch`` (the one clock, ``accel_kit.timing``) times the prefill (the first new token included: TTFT)
-and every decode step (TPOT) as regions of their own. From the trials:
+(``accel_kit.models.generate.Decoder``, a static KV cache allocated once for input plus output), its decode step
+``eager`` or ``compiled`` (the point's ``impl``, recorded): a ``Timeline`` (``accel_kit.timing``) marks the prefill
+(the first new token included: TTFT) and every decode step (TPOT) with the device's events and synchronises once
+at the end of the generation, so the steps queue back to back as they would in a server. From the trials:
 
 - prefill tokens/s (batch x input over TTFT) and its TFLOP/s (``Family.prefill_flops``), whose MFU the
   shared path reads against the datasheet and the measured matmul peak, as a training step's;
@@ -14,9 +15,12 @@ and every decode step (TPOT) as regions of their own. From the trials:
 - the peak memory of the window (weights, KV cache, activations), and energy per output token where the
   device has a counter (the meter spans the trials).
 
-Where the point asks (``hf_reference``), transformers' ``generate`` (static cache, greedy) from the same
-weights is timed after the window, outside the energy meter and the peak memory read: its decode tokens/s
-beside ours, and whether its greedy tokens equal ours.
+Where the point asks (``hf_reference``), after the window, outside the energy meter and the peak memory read:
+transformers' ``generate`` (static cache, greedy) from the same weights, timed (its decode tokens/s beside
+ours), and the token check (``token_check``): whether greedy tokens equal in fp32, where equality is defined,
+and in the run's precision the share of positions where our top-1 token equals theirs on the same prefix and
+the largest logit difference (16-bit products in other orders break near-ties, so equal tokens are not
+expected there).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import time
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import PositiveInt
+from pydantic import PositiveInt, model_validator
 
 from accel_kit import flops as F
 from accel_kit import peaks
@@ -37,7 +41,7 @@ from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import NOT_IN_KEY, Frontier, Point
 from accel_kit.engine.result import Result
 from accel_kit.metrics import Metric
-from accel_kit.timing import PERCENTILES, Stopwatch, Timing, percentiles
+from accel_kit.timing import PERCENTILES, Timeline, Timing, percentiles
 
 KIND = "generate"
 
@@ -56,10 +60,18 @@ class GeneratePoint(Point):
     trials: PositiveInt = 3
     seed: int = 0
     hf_reference: bool = False  # time transformers' generate from the same weights after the window
+    impl: Literal["eager", "compiled"] = "eager"  # the decode step (accel_kit.models.generate.IMPLS)
     bandwidth: dict[str, Any] | None = None  # the run's measured memory bandwidth (peaks.MeasuredBandwidth)
 
+    @model_validator(mode="after")
+    def _compiled_warms_up(self) -> "GeneratePoint":
+        if self.impl == "compiled" and self.warmup < 1:
+            raise ValueError("impl compiled needs warmup >= 1: the first generation compiles (and captures) the step")
+        return self
+
     def label(self) -> str:
-        return f"{self.preset} {self.precision}, batch {self.batch_size}, in {self.input_len}, out {self.output_len}"
+        return (f"{self.preset} {self.precision} {self.impl}, batch {self.batch_size}, in {self.input_len}, "
+                f"out {self.output_len}")
 
     def frontier(self) -> Frontier:
         """Longer prompts of the same configuration are skipped once one runs out of memory."""
@@ -110,7 +122,7 @@ class GenerateMeasurement(KindMeasurement):
                      "decode_bytes": self.decode_bytes, "kv_cache_gib": self.kv_cache_bytes / GiB,
                      **{k: shape[k] for k in ("family", "n_layers", "hidden_size", "n_heads", "n_kv_heads")}}
         self.out["model"] = point.preset
-        self.watches: list[Stopwatch] = []
+        self.intervals: list[list[float]] = []  # each generation's (TTFT, step, step, ...): warm-up's first
         self.hf: dict[str, Any] = {}
 
     def fit(self) -> Result | None:
@@ -126,33 +138,37 @@ class GenerateMeasurement(KindMeasurement):
         return (self.prefill_flops + self.decode_flops) * (self.point.warmup + self.point.trials)
 
     def setup(self) -> Window:
-        from accel_kit.models.generate import greedy_generate
+        from accel_kit.models.generate import Decoder
 
-        p, device = self.point, self.ctx.device
+        p, device, adapter = self.point, self.ctx.device, self.ctx.adapter
         torch.manual_seed(p.seed)
         self.model = self.family.build(self.cfg).to(device=device, dtype=self.dtype).eval()
         gen = torch.Generator().manual_seed(p.seed)
         vocab = self.family.shape(self.cfg).vocab_size
         self.prompts = torch.randint(0, vocab, (p.batch_size, p.input_len), generator=gen).to(device)
+        self.decoder = Decoder(self.model, p.batch_size, self.total_len, p.impl)
 
         def generate() -> None:
-            watch = Stopwatch(self.ctx.adapter.synchronize)
-            self.tokens = greedy_generate(self.model, self.prompts, p.output_len, stopwatch=watch)
-            self.watches.append(watch)  # warm-up's first, then the trials'
+            if len(self.intervals) == p.warmup:
+                self.decoder.freeze()  # the trials begin: a compile now is an error, not a time
+            timeline = Timeline(adapter.synchronize, adapter.timing_event() and adapter.timing_event)
+            self.tokens = self.decoder.generate(self.prompts, p.output_len, timeline=timeline)
+            self.intervals.append(timeline.intervals_s())  # the one synchronisation of this generation
 
         return Window(generate, warmup=p.warmup, trials=p.trials)
 
     def after_window(self, timing: Timing) -> None:
         self.window_mem = self.ctx.adapter.peak_memory_bytes()  # before the reference allocates anything
+        self.base["decode_compiles"] = self.decoder.compiles  # the impl itself is a parameter (record_params)
         if self.point.hf_reference:
             self.hf = hf_reference(self.family, self.model, self.prompts, self.tokens, self.point, self.ctx)
 
     def metrics(self, timing: Timing, mem_bytes: int | None) -> tuple[dict, float, float]:
         p = self.point
-        trials = self.watches[-p.trials:]
-        ttft = [w.times_s[0] for w in trials]
-        decode_s = [sum(w.times_s[1:]) for w in trials]
-        steps = [s for w in trials for s in w.times_s[1:]]
+        trials = self.intervals[-p.trials:]
+        ttft = [t[0] for t in trials]
+        decode_s = [sum(t[1:]) for t in trials]
+        steps = [s for t in trials for s in t[1:]]
         ttft_s = statistics.median(ttft)
         prefill_tflops = F.tflops(self.prefill_flops, ttft_s)
         out: dict[str, Any] = {"ttft_s": ttft_s, "prefill_tokens_per_s": p.batch_size * p.input_len / ttft_s,
@@ -187,32 +203,75 @@ def _decode_metrics(p: GeneratePoint, decode_s: list[float], steps: list[float],
             **peaks.mbu_metrics(gbps, device_model or "", p.bandwidth)}
 
 
+# Tokens of the fp32 greedy check: enough for a near-tie to break somewhere if the models differ, few enough
+# that an 8B model's fp32 copies (ours and transformers') generate them in seconds.
+FP32_CHECK_TOKENS = 16
+
+
 def hf_reference(family, model, prompts: torch.Tensor, ours: torch.Tensor, p: GeneratePoint, ctx: Context) -> dict:
     """transformers' greedy ``generate`` (static cache) from the same weights, ``trials`` times: its decode
-    tokens/s (N tokens' time less 1 token's: the prefill and the first token), TTFT, and tokens equal to ours."""
+    tokens/s (N tokens' time less 1 token's: the prefill and the first token) and TTFT; then ``token_check``."""
     hf = family.to_hf(model).to(device=ctx.device, dtype=next(model.parameters()).dtype).eval()
     mask = torch.ones_like(prompts)
 
-    def seconds(n: int) -> tuple[float, torch.Tensor]:
+    def seconds(n: int) -> float:
         ctx.adapter.synchronize()
         start = time.perf_counter()
-        out = hf.generate(prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                          use_cache=True, cache_implementation="static", pad_token_id=0)
+        hf.generate(prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                    use_cache=True, cache_implementation="static", pad_token_id=0)
         ctx.adapter.synchronize()
-        return time.perf_counter() - start, out
+        return time.perf_counter() - start
 
     with torch.inference_mode():
         seconds(p.output_len)  # warm-up (its static cache allocated)
-        runs = [(seconds(p.output_len), seconds(1)[0]) for _ in range(p.trials)]
-    total = [r[0][0] for r in runs]
-    decode = [t - first for t, first in zip(total, (r[1] for r in runs))]
-    theirs = runs[-1][0][1]
+        runs = [(seconds(p.output_len), seconds(1)) for _ in range(p.trials)]
+    total = [r[0] for r in runs]
+    decode = [t - first for t, first in runs]
     rates = [p.batch_size * (p.output_len - 1) / s for s in decode if s > 0] if p.output_len > 1 else []
-    return {"hf_ttft_s": statistics.median(r[1] for r in runs),
-            "hf_output_tokens_per_s": p.batch_size * p.output_len / statistics.median(total),
-            "hf_decode_tokens_per_s": statistics.median(rates) if rates else None,
-            "hf_decode_tokens_per_s_trials": rates or None,
-            "hf_tokens_equal": bool(torch.equal(ours.cpu(), theirs.cpu()))}
+    out = {"hf_ttft_s": statistics.median(r[1] for r in runs),
+           "hf_output_tokens_per_s": p.batch_size * p.output_len / statistics.median(total),
+           "hf_decode_tokens_per_s": statistics.median(rates) if rates else None,
+           "hf_decode_tokens_per_s_trials": rates or None}
+    return out | token_check(family, model, hf, ours[:1], p.input_len)
+
+
+@torch.inference_mode()
+def token_check(family, model, hf, sequence: torch.Tensor, input_len: int) -> dict:
+    """Our model against transformers' (``hf``, the same weights in the same dtype) on one generated ``sequence``
+    (1, T + N) whose first ``input_len`` tokens are the prompt:
+
+    - ``tokens_equal_fp32``, ``first_difference``: both models upcast to fp32 generate ``FP32_CHECK_TOKENS``
+      greedily from the prompt; equal or not, and the index of the first new token that differs (None if none).
+      Where products run in fp32 two correct implementations pick the same argmax except at exact ties.
+    - ``top1_agreement``, ``max_logit_diff``: teacher-forced in the run's precision over the positions that
+      predict the new tokens (the same prefix for both), the share where our top-1 equals theirs and the
+      largest absolute logit difference. In 16 bits another order of the same sums moves logits by a few
+      units of the last place and flips near-ties, after which greedy sequences diverge: equality there says
+      nothing, agreement close to 1 and a small difference do.
+    """
+    import copy
+
+    from accel_kit.models.generate import greedy_generate
+
+    vocab = family.shape(model.cfg).vocab_size
+    positions = slice(input_len - 1, sequence.shape[1] - 1)  # the logits that chose each new token
+    ours_logits = model(sequence)[0][:, positions, :vocab].float()
+    theirs_logits = hf(input_ids=sequence).logits[:, positions, :vocab].float()
+    agreement = (ours_logits.argmax(-1) == theirs_logits.argmax(-1)).float().mean().item()
+    max_diff = (ours_logits - theirs_logits).abs().max().item()
+    del ours_logits, theirs_logits
+    prompt = sequence[:, :input_len]
+    n = min(FP32_CHECK_TOKENS, family.context_length(model.cfg) - input_len)
+    ours32 = copy.deepcopy(model).float()
+    theirs32 = family.to_hf(ours32).to(device=prompt.device).eval()
+    ours_tokens = greedy_generate(ours32, prompt, n)[0, input_len:]
+    theirs_tokens = theirs32.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                      min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)[0, input_len:]
+    del ours32, theirs32
+    differ = (ours_tokens != theirs_tokens).nonzero()
+    return {"tokens_equal_fp32": bool(differ.numel() == 0),
+            "first_difference": int(differ[0, 0]) if differ.numel() else None,
+            "top1_agreement": agreement, "max_logit_diff": max_diff}
 
 
 def unsupported_generate(adapter, point: GeneratePoint) -> str | None:
@@ -222,7 +281,11 @@ def unsupported_generate(adapter, point: GeneratePoint) -> str | None:
     family = family_of(point.preset)
     if not family.supports_kv_cache:
         return (f"the {family.name} family has no static-KV-cache forward (forward_cached); accel-kit generates "
-                "with its own families' models only (gpt2, llama)")
+                "with its own families' models only (gpt2, llama, moe)")
+    if point.impl == "compiled":
+        why = family.unsupported_compiled_decode(point.precision)
+        if why is not None:
+            return why
     return adapter_check(adapter, point)
 
 
@@ -251,5 +314,11 @@ register_kind(KIND, GeneratePoint, measure_generate, unsupported=unsupported_gen
     Metric("hf_output_tokens_per_s", "tokens/s", "transformers' generate: output tokens over its whole time"),
     Metric("hf_decode_tokens_per_s", "tokens/s", "transformers' generate: decode tokens over (N tokens' time - 1's)"),
     Metric("hf_decode_tokens_per_s_trials", "tokens/s", "transformers' decode tokens/s of each trial"),
-    Metric("hf_tokens_equal", "bool", "transformers' greedy tokens equal ours"),
+    Metric("tokens_equal_fp32", "bool", "greedy tokens equal transformers' in fp32 from the same weights "
+                                        "(16 new tokens from the first prompt; token_check)"),
+    Metric("first_difference", "1", "the first of those new tokens that differs (null: none)"),
+    Metric("top1_agreement", "1", "teacher-forced in the run's precision: positions where our top-1 token "
+                                         "equals transformers'"),
+    Metric("max_logit_diff", "logit", "teacher-forced in the run's precision: the largest |our logit - theirs|"),
+    Metric("decode_compiles", "1", "graphs the compiled decode step compiled (its warm-up; 0 for eager)"),
 ))

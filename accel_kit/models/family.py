@@ -331,6 +331,11 @@ class Family(ABC):
     # valid prefix; only the last position's logits are computed (``accel_kit.models.kv_cache``).
     supports_kv_cache: ClassVar[bool] = False
 
+    def unsupported_compiled_decode(self, precision: str) -> str | None:
+        """Why the decode step of this family's models cannot run through torch.compile in ``precision``
+        (``accel_kit.models.generate``, impl ``compiled``), or None where it can."""
+        return None
+
     def context_length(self, cfg: Any) -> int:
         """The positions the model is built for: a generation's prompt plus new tokens may not exceed it."""
         raise NotImplementedError(f"the {self.name} family does not say its context length")

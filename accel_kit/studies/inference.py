@@ -15,6 +15,7 @@ latency at p50/p90/p99, and goodput under an SLO. They run after the offline poi
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ class Params(StudyParams):
     trials: PositiveInt = 3
     seed: int = 0
     hf_reference: bool = True  # transformers' generate timed beside ours, at each preset's first point
+    # the decode step's implementations, one point each (accel_kit.models.generate); None: the device's default
+    # (compiled where CUDA graphs replay it, else eager)
+    impls: list[Literal["eager", "compiled"]] | None = None
     measure_peak: bool = True  # the matmul peak per precision, for the prefill's measured MFU
     measure_bandwidth: bool = True  # the memory bandwidth, for the decode's measured MBU
     # arrays the bandwidth's copy and triad run over, each past every last-level cache (an H200's L2: 60 MB)
@@ -139,14 +143,17 @@ def offline_points(params: Params, system: System, bandwidth: dict | None = None
     longer ones); the first point of each preset carries the transformers reference."""
     from accel_kit.engine.generate_measure import GeneratePoint
 
-    choice = system.adapter_instance().resolve_precision(params.precision)
+    adapter = system.adapter_instance()
+    choice = adapter.resolve_precision(params.precision)
+    impls = list(dict.fromkeys(params.impls)) if params.impls else [adapter.decode_impl()]
     fixed = params.model_dump(include={"warmup", "trials", "seed", "time_budget_s", "memory_limit_gib"})
     points = []
     for preset in params.presets:
-        for i, (b, n, t) in enumerate((b, n, t) for b in sorted(set(params.batch_sizes))
-                                      for n in sorted(set(params.output_lens)) for t in sorted(set(params.input_lens))):
+        for i, (b, n, t, impl) in enumerate((b, n, t, impl) for b in sorted(set(params.batch_sizes))
+                                            for n in sorted(set(params.output_lens))
+                                            for t in sorted(set(params.input_lens)) for impl in impls):
             points.append(GeneratePoint(system=system.id, precision=choice.precision, precision_reason=choice.reason,
-                                        preset=preset, batch_size=b, input_len=t, output_len=n,
+                                        preset=preset, batch_size=b, input_len=t, output_len=n, impl=impl,
                                         hf_reference=params.hf_reference and i == 0, bandwidth=bandwidth, **fixed))
     return points
 
@@ -221,10 +228,11 @@ def serve_progress(records: list[dict]) -> str:
 
 # ---- presentation -------------------------------------------------------------------------------
 
-TABLE_KEYS = ["system", "preset", "precision", "batch_size", "input_len", "output_len"]
+TABLE_KEYS = ["system", "preset", "precision", "impl", "batch_size", "input_len", "output_len"]
 TABLE_METRICS = ["ttft_s", "prefill_tokens_per_s", "mfu_pct", "mfu_measured_pct", "decode_tokens_per_s",
                  "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "mbu_pct", "mbu_measured_pct", "output_tokens_per_s",
-                 "hf_decode_tokens_per_s", "hf_tokens_equal", "energy_per_output_token_j", "mem_peak_gib",
+                 "hf_decode_tokens_per_s", "tokens_equal_fp32", "top1_agreement", "max_logit_diff",
+                 "energy_per_output_token_j", "mem_peak_gib",
                  "kv_cache_gib"]
 
 
@@ -368,9 +376,11 @@ def findings(df: pd.DataFrame) -> list[dict]:
     out: list[dict] = serve_findings(df)
     if ok.empty:
         return out
-    for (system, preset, t, n), g in ok.groupby(["system", "preset", "input_len", "output_len"], sort=True):
+    ok = ok.assign(impl=ok["impl"].fillna("eager") if "impl" in ok.columns else "eager")  # older records: eager
+    for (system, preset, t, n, impl), g in ok.groupby(["system", "preset", "input_len", "output_len", "impl"],
+                                                      sort=True):
         g = g[g["decode_tokens_per_s"].notna()].sort_values("batch_size")
-        where = f"{system} ({preset}, in {int(t)}, out {int(n)})"
+        where = f"{system} ({preset}, in {int(t)}, out {int(n)}, {impl} decode)"
         if g["batch_size"].nunique() > 1:
             lo, hi = g.iloc[0], g.iloc[-1]
             verdict = noise.ratio_text(_measured(hi, "decode_tokens_per_s"), _measured(lo, "decode_tokens_per_s"))
@@ -379,11 +389,24 @@ def findings(df: pd.DataFrame) -> list[dict]:
         timed = g[g["hf_decode_tokens_per_s"].notna()] if "hf_decode_tokens_per_s" in g.columns else g.iloc[0:0]
         for _, row in timed.iterrows():
             verdict = noise.ratio_text(_measured(row, "decode_tokens_per_s"), _measured(row, "hf_decode_tokens_per_s"))
-            same = "equal" if row.get("hf_tokens_equal") is True else "NOT equal"
-            out.append({"text": f"{where}, batch {int(row['batch_size'])}: our decode gives {verdict} transformers' "
-                                f"generate tokens/s (greedy tokens {same})", "record_ids": [row["record_id"]]})
+            out.append({"text": f"{where}, batch {int(row['batch_size'])}: our decode gives {verdict} "
+                                f"transformers' generate tokens/s ({token_check_text(row)})",
+                        "record_ids": [row["record_id"]]})
     return out
 
+
+def token_check_text(row: Any) -> str:
+    """The token check in words (``generate_measure.token_check``; docs/inference.md states the rule): fp32 greedy
+    tokens equal or where they first differ, then the run precision's top-1 agreement and largest logit gap."""
+    equal = row.get("tokens_equal_fp32")
+    if equal is None or (isinstance(equal, float) and math.isnan(equal)):
+        return "no token check in this record"
+    first = row.get("first_difference")
+    fp32 = ("fp32 greedy tokens equal" if bool(equal) else
+            f"fp32 greedy tokens differ from new token {int(first)}" if first is not None and not (
+                isinstance(first, float) and math.isnan(first)) else "fp32 greedy tokens differ")
+    return (f"{fp32}; {row.get('precision')} top-1 agreement {100 * float(row['top1_agreement']):.1f} %, "
+            f"largest logit difference {float(row['max_logit_diff']):.3g}")
 
 
 def serve_findings(df: pd.DataFrame) -> list[dict]:

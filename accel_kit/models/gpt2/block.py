@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accel_kit.models.kv_cache import LayerKV, cached_attention
+from accel_kit.models.kv_cache import LayerKV, Position, cached_attention
 from accel_kit.models.sdpa import causal_attention
 
 
@@ -113,7 +113,7 @@ class CausalSelfAttention(nn.Module):
         y = causal_attention(q, k, v)  # (B, nh, T, hs): SDPA, causal
         return _linear(y.transpose(1, 2).reshape(B, T, nh * hs), self.c_proj, self.fast_path)
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` for tokens at positions start .. start + T - 1, their keys and values written to
         ``cache`` and attention over its valid prefix (inference; the training forward keeps no cache)."""
         B, T, _ = x.shape
@@ -151,7 +151,7 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` with a static KV cache (``CausalSelfAttention.forward_cached``)."""
         x = x + self.attn.forward_cached(self.ln_1(x), cache, start)
         return x + self.mlp(self.ln_2(x))

@@ -13,7 +13,7 @@ from torch import nn
 
 from accel_kit.models.family import PaddedVocab, lm_loss, run_blocks, unique_param_count
 from accel_kit.models.gpt2.block import Block, BlockConfig
-from accel_kit.models.kv_cache import KVCache
+from accel_kit.models.kv_cache import KVCache, Position, position_rows
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ class GPT(nn.Module):
         logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))
 
-    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: Position) -> torch.Tensor:
         """Logits (B, 1, V_padded) of the last of the tokens ``idx`` (B, T) at positions start .. start + T - 1,
         their keys and values written to ``cache`` (``accel_kit.models.kv_cache``): a prefill (start 0) or a
         decode step (T = 1). Only the last position's logits: the next token is all generation reads."""
         T = idx.shape[1]
-        if start + T > self.cfg.seq_len:
+        if not isinstance(start, torch.Tensor) and start + T > self.cfg.seq_len:  # a tensor: its caller checks
             raise ValueError(f"position {start + T - 1} is beyond the model's context {self.cfg.seq_len}")
-        x = self.drop(self.wte(idx) + self.wpe(self.position_ids[start:start + T]))  # (B, T, h)
+        x = self.drop(self.wte(idx) + self.wpe(position_rows(self.position_ids, start, T)))  # (B, T, h)
         for block, layer_cache in zip(self.h, cache.layers):
             x = block.forward_cached(x, layer_cache, start)
         return self.head(x[:, -1:])

@@ -25,7 +25,7 @@ from torch import nn
 from accel_kit.models.family import IGNORE_INDEX, lm_loss, run_blocks, unique_param_count  # noqa: F401 (IGNORE_INDEX: the package re-exports it)
 from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.rope import apply_rope, rope_tables
-from accel_kit.models.kv_cache import KVCache, LayerKV, cached_attention
+from accel_kit.models.kv_cache import KVCache, LayerKV, Position, cached_attention, position_rows
 from accel_kit.models.sdpa import causal_attention
 
 INIT_STD = 0.02  # transformers' LlamaConfig.initializer_range: every linear and the embedding ~ N(0, 0.02^2)
@@ -118,13 +118,14 @@ class LlamaAttention(nn.Module):
         y = causal_attention(q, k, v)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` for tokens at positions start .. start + T - 1 (RoPE at those positions), their keys
         and values written to ``cache`` at the narrow n_kv_heads width, attention over its valid prefix."""
         B, T, _ = x.shape
         nh, nkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qk, v = self.qkv_proj(x).split([(nh + nkv) * hd, nkv * hd], dim=-1)
-        cos, sin = self.rope_cos[start:start + T].to(x.dtype), self.rope_sin[start:start + T].to(x.dtype)
+        cos = position_rows(self.rope_cos, start, T).to(x.dtype)
+        sin = position_rows(self.rope_sin, start, T).to(x.dtype)
         q, k = apply_rope(qk.unflatten(-1, (nh + nkv, hd)), cos, sin).split([nh, nkv], dim=2)  # (B, T, heads, hd)
         # the valid prefix, (B, nkv, start + T, hd) each
         k, v = cache.write(start, k.transpose(1, 2), v.unflatten(-1, (nkv, hd)).transpose(1, 2))
@@ -164,7 +165,7 @@ class LlamaBlock(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x))
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` with a static KV cache (``LlamaAttention.forward_cached``)."""
         x = x + self.self_attn.forward_cached(self.input_layernorm(x), cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -226,12 +227,13 @@ class Llama(nn.Module):
         logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
         return logits, (None if targets is None else lm_loss(logits, targets))
 
-    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: Position) -> torch.Tensor:
         """Logits (B, 1, V_padded) of the last of the tokens ``idx`` (B, T) at positions start .. start + T - 1,
         their keys and values written to ``cache`` (``accel_kit.models.kv_cache``): a prefill (start 0) or a
-        decode step (T = 1). Only the last position's logits: the next token is all generation reads."""
+        decode step (T = 1; a tensor ``start`` for a static-shape step, checked by its caller, since reading it
+        here would stall the device). Only the last position's logits: the next token is all generation reads."""
         T = idx.shape[1]
-        if start + T > self.cfg.seq_len:
+        if not isinstance(start, torch.Tensor) and start + T > self.cfg.seq_len:
             raise ValueError(f"position {start + T - 1} is beyond the model's context {self.cfg.seq_len}")
         x = self.embed_tokens(idx)  # (B, T, h)
         for block, layer_cache in zip(self.layers, cache.layers):

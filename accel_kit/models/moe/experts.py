@@ -43,6 +43,13 @@ def grouped_mm_runs(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
+@torch.compiler.assume_constant_result
+def _grouped_mm_runs_constant(device_type: str, dtype: torch.dtype) -> bool:
+    """``grouped_mm_runs``, which torch.compile calls once, eagerly, and takes as a constant (tracing the probe
+    would trace its backward)."""
+    return grouped_mm_runs(device_type, dtype)
+
+
 class _ContiguousGrad(torch.autograd.Function):
     """Identity forward; backward hands on a contiguous gradient (``_grouped_mm``'s backward refuses an
     expanded one, as a ``sum()``'s is)."""
@@ -93,7 +100,7 @@ class Experts(nn.Module):
             return "loop"
         if self.kernel != "auto":
             return self.kernel
-        return "grouped_mm" if grouped_mm_runs(x.device.type, dtype) else "loop"
+        return "grouped_mm" if _grouped_mm_runs_constant(x.device.type, dtype) else "loop"
 
     def forward_sorted(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Each expert's SwiGLU on its run of rows.

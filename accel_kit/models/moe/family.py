@@ -51,6 +51,14 @@ class MixtureOfExperts(Family):
     hf_modules: ClassVar[tuple[str, ...]] = moe_hf.MODULES
     supports_kv_cache: ClassVar[bool] = True  # MoEModel.forward_cached
 
+    def unsupported_compiled_decode(self, precision: str) -> str | None:
+        if precision == "bf16":
+            return None
+        # moe.experts: torch.compile traces torch._grouped_mm in bf16 only; the per-expert loop it falls back to
+        # reads each expert's row count on the host, which a captured step cannot
+        return (f"the MoE layer's grouped product compiles in bf16 only; in {precision} its per-expert loop reads "
+                "the experts' row counts on the host, which a compiled decode step cannot (impl eager runs it)")
+
     # --- building
 
     def build(self, cfg: MoEConfig, *, activation_checkpointing: bool = False) -> MoEModel:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accel_kit.models.family import lm_loss, run_blocks, unique_param_count
-from accel_kit.models.kv_cache import KVCache, LayerKV, cached_attention
+from accel_kit.models.kv_cache import KVCache, LayerKV, Position, cached_attention, position_rows
 from accel_kit.models.llama.model import RMSNorm
 from accel_kit.models.llama.rope import apply_rope, rope_tables
 from accel_kit.models.moe.config import MoEConfig
@@ -70,7 +70,7 @@ class MoEAttention(nn.Module):
         y = causal_attention(q, k, v)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, nh * hd))
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` for tokens at positions start .. start + T - 1 (QK-norm, then RoPE at those positions),
         their keys and values written to ``cache`` at the narrow n_kv_heads width, attention over its valid
         prefix (``accel_kit.models.kv_cache``)."""
@@ -82,7 +82,8 @@ class MoEAttention(nn.Module):
         q, k = q.unflatten(-1, (nh, hd)), k.unflatten(-1, (nkv, hd))
         if self.cfg.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = self.rope_cos[start:start + T].to(x.dtype), self.rope_sin[start:start + T].to(x.dtype)
+        cos = position_rows(self.rope_cos, start, T).to(x.dtype)
+        sin = position_rows(self.rope_sin, start, T).to(x.dtype)
         q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
         k, v = cache.write(start, k, v.unflatten(-1, (nkv, hd)).transpose(1, 2))  # the valid prefix
         y = cached_attention(q, k, v, start)  # (B, nh, T, hd)
@@ -157,7 +158,7 @@ class MoEBlock(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x))
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: int) -> torch.Tensor:
+    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
         """``forward`` with a static KV cache (``MoEAttention.forward_cached``); the MLP routes as in training."""
         x = x + self.self_attn.forward_cached(self.input_layernorm(x), cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -231,11 +232,11 @@ class MoEModel(nn.Module):
             loss = loss + self.cfg.router_aux_loss_coef * self.aux_loss()
         return logits, loss
 
-    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: Position) -> torch.Tensor:
         """Logits (B, 1, V_padded) of the last of the tokens ``idx`` (B, T) at positions start .. start + T - 1,
         their keys and values written to ``cache``: a prefill (start 0) or a decode step (T = 1)."""
         T = idx.shape[1]
-        if start + T > self.cfg.seq_len:
+        if not isinstance(start, torch.Tensor) and start + T > self.cfg.seq_len:  # a tensor: its caller checks
             raise ValueError(f"position {start + T - 1} is beyond the model's context {self.cfg.seq_len}")
         x = self.embed_tokens(idx)  # (B, T, h)
         for block, layer_cache in zip(self.layers, cache.layers):
