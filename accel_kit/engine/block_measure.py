@@ -1,7 +1,7 @@
 """What a microbenchmark point adds to the shared measurement path (``accel_kit.engine.measurement``).
 
 One layer of the point's model preset (ours, ours under ``torch.compile``, or transformers'
-layer of the same shape with SDPA attention: the family builds each), cast to the point's precision (weights and activations, as the paper's
+layer of the same shape with SDPA attention: the family builds each), built on the device in the point's precision (weights and activations, as the paper's
 microbenchmark does), timed forward or forward and backward as the device's programming
 model runs one iteration. fp32 means true fp32 (TF32 off) unless the point sets ``tf32``.
 """
@@ -18,7 +18,7 @@ from accel_kit.engine.kinds import register_kind
 from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import BlockPoint
 from accel_kit.engine.result import Result
-from accel_kit.models import family_of, get_config
+from accel_kit.models import building_on, family_of, get_config
 from accel_kit.models.memory import estimate_block_memory
 from accel_kit.precision import dtype_of
 from accel_kit.timing import Timing
@@ -68,7 +68,8 @@ class BlockMeasurement(KindMeasurement):
     def setup(self) -> Window:
         p, device = self.point, self.ctx.device
         torch.manual_seed(p.seed)
-        module = build_block(p.impl, self.cfg).to(device=device, dtype=self.dtype)
+        with building_on(device, self.dtype):  # made on the device in the point's dtype: no host copy, no fp32 copy
+            module = build_block(p.impl, self.cfg)
         if p.torch_compile or p.impl == "compiled":
             module = torch.compile(module)
         backward = p.direction == "forward_backward"

@@ -69,7 +69,9 @@ class EagerModel:
         return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
 
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
-        """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer)."""
+        """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer).
+        The worker builds it on ``device`` already (``accel_kit.models.materialize``); ``.to`` places one built
+        elsewhere."""
         model = model.to(device)
         if point.engine in ("deepspeed", "fsdp"):
             return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
