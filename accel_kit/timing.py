@@ -149,6 +149,11 @@ class Timeline:
         self.clock = clock
         self.marks: list[Any] = []
 
+    @classmethod
+    def of(cls, adapter: Any) -> "Timeline":
+        """A timeline on the device adapter's events, or on the host clock where it has none."""
+        return cls(adapter.synchronize, adapter.timing_event if adapter.timing_event() is not None else None)
+
     def mark(self) -> None:
         """The boundary between two steps (and before the first, after the last)."""
         if self.new_event is None:

@@ -154,7 +154,7 @@ class GenerateMeasurement(KindMeasurement):
         def generate() -> None:
             if len(self.intervals) == p.warmup:
                 self.decoder.freeze()  # the trials begin: a compile now is an error, not a time
-            timeline = Timeline(adapter.synchronize, adapter.timing_event() and adapter.timing_event)
+            timeline = Timeline.of(adapter)
             self.tokens = self.decoder.generate(self.prompts, p.output_len, timeline=timeline)
             self.intervals.append(timeline.intervals_s())  # the one synchronisation of this generation
 
