@@ -56,7 +56,8 @@ def main() -> int:
     ap.add_argument("preset", nargs="?", default="llama3.1-8b")
     ap.add_argument("--dtype", default="bf16", choices=("fp32", "fp16", "bf16"))
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--seq-len", type=int, default=None, help="the point's context (RoPE tables); the preset's by default")
+    ap.add_argument("--seq-len", type=int, default=None,
+                    help="the point's context (RoPE tables); the preset's by default")
     ap.add_argument("--layers", type=int, default=None,
                     help="build the preset with this many of its layers (a host without the memory for the whole "
                          "model times two depths and extrapolates: the build's time is linear in the layers)")
@@ -93,7 +94,8 @@ def main() -> int:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     layers = f" with {args.layers} layers" if args.layers else ""
-    print(f"{args.preset}{layers} {args.dtype} on {args.device}: {n / 1e9:.2f} B params, {weight_bytes / GiB:.2f} GiB of weights; "
+    print(f"{args.preset}{layers} {args.dtype} on {args.device}: {n / 1e9:.2f} B params, "
+          f"{weight_bytes / GiB:.2f} GiB of weights; "
           f"meta build {meta_s:.2f} s; materialise {build_s:.1f} s; peak RSS rose "
           f"{(peak - rss_before) / GiB:.2f} GiB ({(peak - rss_before) / weight_bytes:.2f}x the weights); "
           f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads, load average {load:.1f}; "
