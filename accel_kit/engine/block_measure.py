@@ -1,9 +1,10 @@
 """What a microbenchmark point adds to the shared measurement path (``accel_kit.engine.measurement``).
 
 One layer of the point's model preset (ours, ours under ``torch.compile``, or transformers'
-layer of the same shape with SDPA attention: the family builds each), built on the device in the point's precision (weights and activations, as the paper's
-microbenchmark does), timed forward or forward and backward as the device's programming
-model runs one iteration. fp32 means true fp32 (TF32 off) unless the point sets ``tf32``.
+layer of the same shape with SDPA attention: the family builds each), built on the device in
+the point's precision (weights and activations, as the paper's microbenchmark does), timed
+forward or forward and backward as the device's programming model runs one iteration. fp32
+means true fp32 (TF32 off) unless the point sets ``tf32``.
 """
 from __future__ import annotations
 
