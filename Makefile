@@ -23,7 +23,7 @@ FIND_LINKS := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
 uv_install = $(1)/uv pip install --python $(1)/python -q --compile-bytecode $(FIND_LINKS)
 PIP      := $(call uv_install,$(BIN)) -c $(CONSTRAINTS)
 
-.PHONY: install run test test-fast test-cluster lab strip-notebooks clean-outputs cerebras test-cerebras vllm test-vllm
+.PHONY: install run test test-avx2 test-fast test-cluster lab strip-notebooks clean-outputs cerebras test-cerebras vllm test-vllm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,14 @@ test:
 	  [ $$status = 0 ] || exit $$status; \
 	  exit $$cerebras; \
 	fi; exit $$status
+
+# The suite as an AVX2-only CPU runs it, from an AVX-512 or AMX machine: torch's kernels (ATen), oneDNN's, MKL's and
+# numpy's OpenBLAS lowered to AVX2, checked first (tests/cpu_kind.py), then make test with the same settings (its
+# worker processes, fork server and notebook kernels inherit them). bf16 then runs as slowly as on such a CPU.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 OPENBLAS_CORETYPE=Haswell
+test-avx2: install
+	$(AVX2_ENV) $(BIN)/python tests/cpu_kind.py avx2
+	$(AVX2_ENV) $(MAKE) --no-print-directory test
 
 # The fast lane: every test but those marked slow (each over about 5 s: notebooks, study runs, subprocess
 # groups), for the edit-test loop; make test runs them all.

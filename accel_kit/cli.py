@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from accel_kit.errors import AccelKitError
 
@@ -57,9 +58,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.devices import get_adapter
     from accel_kit.paths import writable_file
     from accel_kit.systems import load_system
-    from accel_kit.engine.launch import (SCHEDULER_LAUNCHER, SUBMIT, check_job, job_log, job_walltime,
-                                         render_jobscript)
-    from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
+    from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, check_job, job_log, render_jobscript
     from accel_kit.paths import output_dir
 
     module = studies.study_module(args.study)  # a one-line error for an unknown study
@@ -93,33 +92,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
                      "devices_per_node": per_node}
     params = studies.resolve(args.study, args.profile, **(script_params | dict(overrides)))
     per_node = getattr(params, "devices_per_node", None) or per_node  # a -p devices_per_node of the user's wins
-    # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
-    # fails on its nodes), and said in it.
-    from accel_kit.studies._training import (AxesParams, all_points, layout_lines, left_out_lines,
-                                             unresolved_precision)
-
-    layout: list[str] = []
-    walltime = args.walltime or DEFAULT_WALLTIME
-    if isinstance(params, AxesParams):  # (GenSLM and sparsity make their points their own way)
-        params.check(system)
-        points = all_points(params, system, unresolved_precision)
-        # The job lists only the points its nodes hold (the others would be recorded as unsupported), and asks
-        # the time they may take.
-        nodes = 1 if params.launcher == "local" else args.nodes
-        runnable = [p for p in points if p.nodes <= nodes]
-        left_out = [p for p in points if p.nodes > nodes]
-        if not runnable:
-            least = min(p.nodes for p in points)
-            raise AccelKitError(f"no point of {args.study} fits the job's {nodes * per_node} devices "
-                                f"({nodes} node(s) x {per_node}): the least needs {least} node(s); "
-                                f"ask --nodes {least}")
-        layout = layout_lines(runnable) + (left_out_lines(left_out, nodes, per_node) if left_out else [])
-        if scheduler != "appliance":  # (an appliance's walltime is each of its jobs' limit, not the run's)
-            precisions = {p.precision for p in runnable}
-            walltime, why = job_walltime(len(runnable), params.timeout_s, grace_s=TERM_GRACE_S,
-                                         peaks=len(precisions) if params.measure_peak else 0,
-                                         peak_timeout_s=PEAK_TIMEOUT_S, given=args.walltime)
-            layout[0:0] = why
+    layout, walltime = _job_points(args, params, system, scheduler, per_node)
 
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
     log = job_log(scheduler, str(path))
@@ -142,6 +115,43 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     print(f"wrote {path}: {args.nodes} node(s) x {per_node} devices of {system.id}{gpus}, wall time {walltime}"
           f"{where}; {SUBMIT[scheduler]} {path}")
     return 0
+
+
+def _job_points(args: argparse.Namespace, params: Any, system: Any, scheduler: str,
+                per_node: int) -> tuple[list[str], str]:
+    """The lines a job script says of its points (the layouts it runs, those left out, how its wall time was
+    derived) and that wall time."""
+    from accel_kit.engine.launch import job_walltime
+    from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
+    # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
+    # fails on its nodes), and said in it.
+    from accel_kit.studies._training import (AxesParams, all_points, layout_lines, left_out_lines,
+                                             unresolved_precision)
+
+    layout: list[str] = []
+    walltime = args.walltime or DEFAULT_WALLTIME
+    if not isinstance(params, AxesParams):  # (GenSLM and sparsity make their points their own way)
+        return layout, walltime
+    params.check(system)
+    points = all_points(params, system, unresolved_precision)
+    # The job lists only the points its nodes hold (the others would be recorded as unsupported), and asks
+    # the time they may take.
+    nodes = 1 if params.launcher == "local" else args.nodes
+    runnable = [p for p in points if p.nodes <= nodes]
+    left_out = [p for p in points if p.nodes > nodes]
+    if not runnable:
+        least = min(p.nodes for p in points)
+        raise AccelKitError(f"no point of {args.study} fits the job's {nodes * per_node} devices "
+                            f"({nodes} node(s) x {per_node}): the least needs {least} node(s); "
+                            f"ask --nodes {least}")
+    layout = layout_lines(runnable) + (left_out_lines(left_out, nodes, per_node) if left_out else [])
+    if scheduler != "appliance":  # (an appliance's walltime is each of its jobs' limit, not the run's)
+        precisions = {p.precision for p in runnable}
+        walltime, why = job_walltime(len(runnable), params.timeout_s, grace_s=TERM_GRACE_S,
+                                     peaks=len(precisions) if params.measure_peak else 0,
+                                     peak_timeout_s=PEAK_TIMEOUT_S, given=args.walltime)
+        layout[0:0] = why
+    return layout, walltime
 
 
 # The wall time of a job whose points the CLI does not count (GenSLM's, sparsity's) and each appliance job's limit.

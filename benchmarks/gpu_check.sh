@@ -11,8 +11,8 @@
 #                    transformers' layer and the measured matmul peak. Targets: >= 35 % of the peak, >= 1.2x.
 #   train     105 s  GPT-2 XL training, one device, bf16, micro-batch 16, torch.compile. Target: MFU >= 50 % of
 #                    the datasheet (met before: kept).
-#   llama3b    60 s  Llama 3.2 3B training at sequence 4096, bf16, one device: tokens/s, MFU, memory.
-#   block      45 s  The GPT-2 XL layer, bf16, batch 16 and 64, fwd+bwd: native, compiled, transformers'.
+#   llama3b    40 s  Llama 3.2 3B training at sequence 4096, bf16, one device: tokens/s, MFU, memory.
+#   block      65 s  The GPT-2 XL layer, bf16, batch 16 and 64, fwd+bwd: native, compiled, transformers'.
 #
 # Run from the repository root (the device tool runs it so):  SYSTEM=h200 OUT=/some/dir bash benchmarks/gpu_check.sh
 # SECTIONS picks some (default: all, in the order above). TINY=1 runs every section on debug presets in fp32 (on
@@ -71,16 +71,16 @@ fi
 
 if want llama3b; then
   section "llama3b: Llama 3.2 3B training at sequence 4096, one device, bf16"
-  timeout 60 "$PY" -m accel_kit.cli run seq_length --system "$SYSTEM" --profile full --output-dir "$OUT/records" \
+  timeout 40 "$PY" -m accel_kit.cli run seq_length --system "$SYSTEM" --profile full --output-dir "$OUT/records" \
     --no-figures -q -p also '[]' "${L3B[@]}" -p micro_batch_size 1 -p steps 5 -p warmup_steps 2 -p measure_peak false \
-    -p timeout_s 50 2>&1 | tee "$OUT/llama3b.txt"
+    -p timeout_s 35 2>&1 | tee "$OUT/llama3b.txt"
 fi
 
 if want block; then
   section "block: the GPT-2 XL layer, bf16, batch 16 and 64"
-  timeout 45 "$PY" -m accel_kit.cli run microbenchmark --system "$SYSTEM" --profile full --output-dir "$OUT/records" \
+  timeout 65 "$PY" -m accel_kit.cli run microbenchmark --system "$SYSTEM" --profile full --output-dir "$OUT/records" \
     --no-figures -q "${BLOCK[@]}" -p directions '[forward_backward]' -p impls '[native, compiled, hf]' \
-    -p measure_peak false -p trials 10 -p timeout_s 40 2>&1 | tee "$OUT/block.txt"
+    -p measure_peak false -p trials 10 -p timeout_s 30 2>&1 | tee "$OUT/block.txt"
 fi
 
 section "records against their targets"

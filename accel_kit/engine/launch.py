@@ -341,16 +341,7 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                                      slurm=scheduler == "slurm")
         lines.append("A point on every node starts as (its port free on the first node, chosen per point): "
                      + " ".join(w if w != sys.executable else "python" for w in per_point[:-2]) + " ...")
-    probe = ""
-    if probe_link and nodes > 1 and launcher != "local":
-        # As many ranks per node as a point of the whole job runs (torchrun's one task per node starts them all).
-        per_node_ranks = devices_per_node if launcher == "torchrun" else tasks_per_node or devices_per_node
-        ranks = nodes * per_node_ranks
-        probe = ("\n# The link between the nodes, measured for the predictor (accel-kit predict) and kept beside the "
-                 "records;\n# the study runs without it where the probe fails (jobscript --no-link-probe leaves it "
-                 "out)."
-                 f"\naccel-kit link --system {system} --nodes {nodes} --ranks {ranks} --launcher {launcher} "
-                 "|| echo 'accel-kit: the inter-node link probe failed; the study runs on' >&2")
+    probe = _link_probe(system, nodes, launcher, devices_per_node, tasks_per_node) if probe_link else ""
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ParameterError(f"gpus_per_node must be at least 1, got {gpus_per_node}")
     log = log or job_log(scheduler, path)
@@ -362,20 +353,8 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
 
     root = project_root()
     outputs = os.path.abspath(outputs or output_dir())
-    # The job's records land where the script says, not in whatever folder the job starts from; a folder set
-    # at submission (ACCEL_KIT_OUTPUT_DIR in the job's environment) still wins.
-    outputs_lines = (f"\n# The run's records go under this folder ({study}/{system}.jsonl there), as does the link's "
-                     "measurement;\n# an ACCEL_KIT_OUTPUT_DIR set when the job is submitted wins."
-                     f"\noutputs={shlex.quote(outputs)}"
-                     '\nexport ACCEL_KIT_OUTPUT_DIR="${ACCEL_KIT_OUTPUT_DIR:-$outputs}"')
-    # A GPU system's job asks for the node's GPUs: without them a site's scheduler gives the job none (its
-    # devices are hidden from it: cgroups, CUDA_VISIBLE_DEVICES), and every point fails for want of a device.
-    gpus = select_gpus = ""
-    if gpus_per_node:
-        gpus = f"\n#SBATCH --gpus-per-node={gpus_per_node}"
-        select_gpus = f":ngpus={gpus_per_node}"
-        lines[0:0] = _wrapped(f"The job asks for each node's {gpus_per_node} GPUs (gpus_per_node in "
-                              f"params/systems/{system}.yaml): a site gives a job no GPU it did not ask for.")
+    gpus, select_gpus, said = _gpu_request(system, gpus_per_node)
+    lines[0:0] = said
     return template.format(study=study, system=system, nodes=nodes, devices_per_node=devices_per_node,
                            profile=profile, walltime=walltime, path=path, launcher=launcher,
                            tasks_per_node=tasks_per_node or devices_per_node,
@@ -385,4 +364,39 @@ def render_jobscript(scheduler: str, *, study: str, system: str, nodes: int, dev
                            layout="".join(f"\n# {line}" for line in lines),
                            directives="".join(f"\n{line}" for line in directives), log=log,
                            gpus=gpus, select_gpus=select_gpus, outputs=shlex.quote(outputs),
-                           outputs_lines=outputs_lines)
+                           outputs_lines=_outputs_lines(study, system, outputs))
+
+
+def _gpu_request(system: str, gpus_per_node: int | None) -> tuple[str, str, list[str]]:
+    """(Slurm's line, PBS's select suffix, the comment lines) that ask a node's GPUs. A GPU system's job asks for
+    them: without them a site's scheduler gives the job none (its devices are hidden from it: cgroups,
+    CUDA_VISIBLE_DEVICES), and every point fails for want of a device."""
+    if not gpus_per_node:
+        return "", "", []
+    return (f"\n#SBATCH --gpus-per-node={gpus_per_node}", f":ngpus={gpus_per_node}",
+            _wrapped(f"The job asks for each node's {gpus_per_node} GPUs (gpus_per_node in "
+                     f"params/systems/{system}.yaml): a site gives a job no GPU it did not ask for."))
+
+
+def _link_probe(system: str, nodes: int, launcher: str, devices_per_node: int, tasks_per_node: int | None) -> str:
+    """The script's lines that measure the inter-node link first (several nodes only), for the predictor."""
+    if nodes < 2 or launcher == "local":
+        return ""
+    # As many ranks per node as a point of the whole job runs (torchrun's one task per node starts them all).
+    per_node_ranks = devices_per_node if launcher == "torchrun" else tasks_per_node or devices_per_node
+    ranks = nodes * per_node_ranks
+    return ("\n# The link between the nodes, measured for the predictor (accel-kit predict) and kept beside the "
+            "records;\n# the study runs without it where the probe fails (jobscript --no-link-probe leaves it "
+            "out)."
+            f"\naccel-kit link --system {system} --nodes {nodes} --ranks {ranks} --launcher {launcher} "
+            "|| echo 'accel-kit: the inter-node link probe failed; the study runs on' >&2")
+
+
+def _outputs_lines(study: str, system: str, outputs: str) -> str:
+    """The script's lines that name its records' folder. The job's records land where the script says, not in
+    whatever folder the job starts from; a folder set at submission (ACCEL_KIT_OUTPUT_DIR in the job's
+    environment) still wins."""
+    return (f"\n# The run's records go under this folder ({study}/{system}.jsonl there), as does the link's "
+            "measurement;\n# an ACCEL_KIT_OUTPUT_DIR set when the job is submitted wins."
+            f"\noutputs={shlex.quote(outputs)}"
+            '\nexport ACCEL_KIT_OUTPUT_DIR="${ACCEL_KIT_OUTPUT_DIR:-$outputs}"')

@@ -17,8 +17,15 @@ from accel_kit.report.figures import _figure
 from accel_kit.report.pivot import pivot
 
 
+NO_CHECK = "the token check runs at each preset's first point (with transformers' generate beside ours)"
+
+
 def _ms(value: float) -> str:
     return R.fmt_num(value * 1e3)
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
 
 
 def inference_section(ctx: Context) -> Section:
@@ -26,14 +33,18 @@ def inference_section(ctx: Context) -> Section:
     s.text("<p>A batch of prompts prefilled, then decoded greedily through a static KV cache. TTFT is the prefill "
            "with the first new token; TPOT one decode step, its percentiles over every step of every trial. MFU is "
            "the prefill's; MBU the decode's bytes read (weights once per step, the KV cache at its length) over its "
-           "time.</p>")
+           "time. Each point says its decode step (impl: eager, or compiled: one captured graph a step where the device has "
+           "graphs). At each preset's first point, the token check: greedy tokens against transformers' in fp32, where "
+           "equality is defined, and in the run's precision the share of positions whose top-1 token agrees and the "
+           "largest logit difference (16-bit sums in another order flip near-ties, so whole sequences there are not "
+           "compared).</p>")
     _figure(ctx, s, "inference", "inference_decode_throughput", "inference-plot")
     _figure(ctx, s, "inference", "inference_decode_mbu", "inference-mbu-plot")
     t = study_table(ctx, "inference")
     if not t.empty and "kind" in t.columns:
         t = t[t["kind"] == "generate"]
     s.table(pivot(ctx, "inference-data", t, study="inference",
-                  base=["preset", "batch_size", "input_len", "output_len"], extra=[], quantities=[
+                  base=["preset", "batch_size", "input_len", "output_len"], extra=["impl"], quantities=[
                       ("TTFT (ms)", metric("ttft_s", _ms)),
                       ("decode tokens/s", metric("decode_tokens_per_s")),
                       ("TPOT p50 (ms)", metric("tpot_p50_s", _ms, default_reason="no decode step ran")),
@@ -42,7 +53,13 @@ def inference_section(ctx: Context) -> Section:
                       ("MBU, datasheet bandwidth", metric("mbu_pct", R.fmt_pct, "mbu_reason")),
                       ("MBU, measured bandwidth", metric("mbu_measured_pct", R.fmt_pct, "mbu_measured_reason")),
                       ("energy per output token (J)", metric("energy_per_output_token_j",
-                                                              reason_key="energy_reason"))]))
+                                                              reason_key="energy_reason")),
+                      # the token check (docs/inference.md): equality in fp32, agreement in the run's precision
+                      ("fp32 greedy tokens equal transformers'", metric("tokens_equal_fp32", _yes_no,
+                                                                        default_reason=NO_CHECK)),
+                      ("top-1 agreement with transformers", metric("top1_agreement", lambda v: R.fmt_pct(100 * v),
+                                                                   default_reason=NO_CHECK)),
+                      ("largest logit difference", metric("max_logit_diff", default_reason=NO_CHECK))]))
     return serve_part(ctx, s)
 
 
