@@ -167,6 +167,21 @@ def test_a_compile_after_the_warm_up_is_an_error(monkeypatch):
         decoder.generate(prompt, 3)
 
 
+def test_few_rows_linears_transposed_give_the_same_products_and_tokens():
+    torch.manual_seed(0)
+    w, b = torch.randn(48, 32), torch.randn(48)
+    step, prefill = torch.randn(2, 1, 32), torch.randn(G.FEW_ROWS + 1, 32)  # a decode step's (B, 1, h); a prefill's
+    with G.TransposedFewRowsLinear():
+        few, many = torch.nn.functional.linear(step, w, b), torch.nn.functional.linear(prefill, w)
+    assert few.shape == (2, 1, 48)
+    torch.testing.assert_close(few, torch.nn.functional.linear(step, w, b))  # the same product, another order
+    assert torch.equal(many, torch.nn.functional.linear(prefill, w))  # more rows than FEW_ROWS: torch's own
+    _, _, model, prompt = _model("llama3-debug")
+    eager = greedy_generate(model, prompt, NEW_TOKENS)
+    decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, transposed_linears=True)
+    assert decoder.transposed_linears and torch.equal(decoder.generate(prompt, NEW_TOKENS), eager)
+
+
 def test_generation_past_the_context_is_refused():
     _, cfg, model, _ = _model("gpt2-debug")
     prompt = torch.zeros(1, cfg.seq_len - 2, dtype=torch.long)

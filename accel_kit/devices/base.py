@@ -170,6 +170,11 @@ class BaseAdapter:
         can take that path asks, ``Family.kernel_overrides``)."""
         return False
 
+    def few_rows_linear_transposed(self, dtype: torch.dtype) -> bool:
+        """Whether a linear on a few rows (a decode step's: one row per sequence) runs faster here as
+        ``(W @ x^T)^T`` than as torch's ``x @ W^T`` (``accel_kit.models.generate`` asks, for its eager step)."""
+        return False
+
     # --- provenance and energy
 
     def describe(self) -> DeviceDescription:

@@ -27,11 +27,14 @@ intervals are the prefill (time to first token) and each decode step (time per o
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from accel_kit.timing import Timeline
 
@@ -69,6 +72,27 @@ def _next_token(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return logits[:, -1, :vocab_size].argmax(dim=-1)
 
 
+# At most this many rows (a decode step's batch) a linear runs transposed where the adapter says it pays
+FEW_ROWS = 16
+
+
+class TransposedFewRowsLinear(TorchFunctionMode):
+    """Every ``F.linear`` on at most ``FEW_ROWS`` rows computed as ``(W @ x^T)^T``: the same product with the
+    operands swapped, which some BLAS libraries run several times faster when x has a few rows (the device
+    adapter's ``few_rows_linear_transposed`` says where). torch's own way of intercepting an operator for a region
+    of code: the models stay as they are, and the prefill (many rows) runs as before."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear and not kwargs:
+            x, weight, bias = (*args, None)[:3]
+            rows = x.numel() // x.shape[-1]
+            if rows <= FEW_ROWS and weight.dim() == 2:
+                y = (weight @ x.reshape(rows, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+                return y if bias is None else y + bias
+        return func(*args, **kwargs)
+
+
 def _graphs_compiled() -> int:
     """Graphs torch.compile has compiled in this process so far (dynamo's own counter)."""
     from torch._dynamo.utils import counters
@@ -84,9 +108,12 @@ class Decoder:
         batch: prompts per generation.
         max_len: prompt plus new tokens, at most; must fit the model's positions.
         impl: ``eager`` or ``compiled`` (module docstring).
+        transposed_linears: the eager step's linears through ``TransposedFewRowsLinear`` (the device adapter's
+            ``few_rows_linear_transposed``; batches over ``FEW_ROWS`` run as torch does).
     """
 
-    def __init__(self, model: nn.Module, batch: int, max_len: int, impl: str = "eager"):
+    def __init__(self, model: nn.Module, batch: int, max_len: int, impl: str = "eager", *,
+                 transposed_linears: bool = False):
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
         family = _family(model)
@@ -97,6 +124,7 @@ class Decoder:
         weight = next(model.parameters())
         self.device = weight.device
         self.cache = family.new_kv_cache(model.cfg, batch, max_len, dtype=weight.dtype, device=weight.device)
+        self.transposed_linears = transposed_linears and impl == "eager" and batch <= FEW_ROWS
         self.compiles = 0  # graphs compiled for this decoder's step so far
         self.frozen = False
         self._step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self._decode
@@ -148,12 +176,13 @@ class Decoder:
         mark()
         if on_step is not None:
             on_step(0, out[:, T])
-        for i in range(1, max_new_tokens):
-            start = T + i - 1  # the last new token's position
-            out[:, T + i] = self._step(out[:, start:start + 1], positions[i - 1] if compiled else start)
-            mark()
-            if on_step is not None:
-                on_step(i, out[:, T + i])
+        with TransposedFewRowsLinear() if self.transposed_linears else contextlib.nullcontext():
+            for i in range(1, max_new_tokens):
+                start = T + i - 1  # the last new token's position
+                out[:, T + i] = self._step(out[:, start:start + 1], positions[i - 1] if compiled else start)
+                mark()
+                if on_step is not None:
+                    on_step(i, out[:, T + i])
         if compiled:
             grown = _graphs_compiled() - before
             self.compiles += grown
