@@ -1,8 +1,8 @@
-"""Models: one folder per family (``gpt2/``, ``llama/``), the family protocol and the registry.
+"""Models: one folder per family (``gpt2/``, ``llama/``, ``moe/``, ``hf/``), the family protocol and the registry.
 
     from accel_kit.models import build_model, count_params, family_of, family_of_model,
                                       get_config
-    model = build_model("gpt2-xl", seq_len=2048)
+    model = build_model("gpt2-xl", seq_len=2048)  # or materialize(preset, device=..., dtype=...): built where it runs
     cfg = get_config("gpt2-xl"); family_of(cfg).flop_terms(cfg, seq_len=2048).total()
 """
 from accel_kit.models.family import (IGNORE_INDEX, AttentionShape, Family, FlopTerms, ModelShape, PipelineStages,
