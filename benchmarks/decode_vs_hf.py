@@ -102,8 +102,8 @@ def run_batch(family, cfg, model, hf, args, batch: int, device, adapter, elem_by
     prompt = torch.randint(0, cfg.vocab_size, (batch, args.input), generator=torch.Generator().manual_seed(batch))
     prompt = prompt.to(device)
     transposed = adapter.few_rows_linear_transposed(next(model.parameters()).dtype)  # the adapter's kernel choice
-    sides = [ours(Decoder(model, batch, args.input + args.output, impl, transposed_linears=transposed), prompt,
-                  args.output, adapter) for impl in args.impls]
+    sides = [ours(Decoder(model, batch, args.input + args.output, impl, compile_mode=adapter.decode_compile_mode(),
+                          transposed_linears=transposed), prompt, args.output, adapter) for impl in args.impls]
     sides.append(transformers_side(hf, prompt, args.output, adapter))
     with torch.inference_mode():
         for side in sides:  # compile, capture, allocator growth, first calls: untimed, reported

@@ -137,6 +137,9 @@ class AcceleratorAdapter(BaseAdapter):
         # (issue-era H200 figures in docs/benchmarks.md); elsewhere compiling buys little for its minutes
         return "compiled" if self.backend() == "cuda" else "eager"
 
+    def decode_compile_mode(self) -> str | None:
+        return "reduce-overhead" if self.backend() == "cuda" else None  # CUDA graphs (ROCm's HIP graphs alike)
+
     def timing_event(self) -> Any:
         # torch's device-generic event: CUDA's, ROCm's (HIP behind torch.cuda) and XPU's alike
         return torch.Event(device=self.backend(), enable_timing=True)

@@ -62,6 +62,11 @@ class BaseAdapter:
     def synchronize(self) -> None:
         """Block until all queued work on the device has finished (before reading a clock)."""
 
+    def decode_compile_mode(self) -> str | None:
+        """``torch.compile``'s mode for a compiled decode step (``accel_kit.models.generate``): ``reduce-overhead``
+        where the device replays a captured graph (CUDA graphs), else None (inductor's default)."""
+        return None
+
     def timing_event(self) -> Any:
         """A new timing event of the current stream (``torch.cuda.Event(enable_timing=True)``'s kind), for a
         ``timing.Timeline`` that reads steps without stalling the device; None where the device has none

@@ -150,6 +150,7 @@ class GenerateMeasurement(KindMeasurement):
         vocab = self.family.shape(self.cfg).vocab_size
         self.prompts = torch.randint(0, vocab, (p.batch_size, p.input_len), generator=gen).to(device)
         self.decoder = Decoder(self.model, p.batch_size, self.total_len, p.impl,
+                               compile_mode=adapter.decode_compile_mode(),
                                transposed_linears=adapter.few_rows_linear_transposed(self.dtype))
 
         def generate() -> None:

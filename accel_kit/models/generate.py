@@ -108,12 +108,14 @@ class Decoder:
         batch: prompts per generation.
         max_len: prompt plus new tokens, at most; must fit the model's positions.
         impl: ``eager`` or ``compiled`` (module docstring).
+        compile_mode: ``torch.compile``'s mode for the compiled step (the device adapter's ``decode_compile_mode``:
+            ``reduce-overhead`` where CUDA graphs replay it).
         transposed_linears: the eager step's linears through ``TransposedFewRowsLinear`` (the device adapter's
             ``few_rows_linear_transposed``; batches over ``FEW_ROWS`` run as torch does).
     """
 
     def __init__(self, model: nn.Module, batch: int, max_len: int, impl: str = "eager", *,
-                 transposed_linears: bool = False):
+                 compile_mode: str | None = None, transposed_linears: bool = False):
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
         family = _family(model)
@@ -134,8 +136,7 @@ class Decoder:
             for layer in self.cache.layers:
                 torch._dynamo.mark_static_address(layer.k)
                 torch._dynamo.mark_static_address(layer.v)
-            mode = "reduce-overhead" if self.device.type == "cuda" else None  # CUDA graphs where there are some
-            self._step = torch.compile(self._decode, mode=mode, fullgraph=True, dynamic=False)
+            self._step = torch.compile(self._decode, mode=compile_mode, fullgraph=True, dynamic=False)
 
     def _decode(self, token: torch.Tensor, position: torch.Tensor | int) -> torch.Tensor:
         """One step: the token (B, 1) at ``position`` -> the next token (B,)."""
@@ -163,7 +164,8 @@ class Decoder:
         if B != self.batch:
             raise ValueError(f"this decoder's cache holds {self.batch} rows, got {B} prompts")
         if T + max_new_tokens > self.max_len:
-            raise ValueError(f"{T} prompt and {max_new_tokens} new tokens exceed the decoder's {self.max_len} positions")
+            raise ValueError(f"{T} prompt and {max_new_tokens} new tokens exceed the decoder's {self.max_len} "
+                             "positions")
         out = torch.empty(B, T + max_new_tokens, dtype=prompt_ids.dtype, device=prompt_ids.device)
         out[:, :T] = prompt_ids
         compiled = self.impl == "compiled"
