@@ -37,18 +37,11 @@ import torch
 from accel_kit import peaks
 from accel_kit.cli import OneLineParser, at_least, script_main
 from accel_kit.devices import dtype_of
-from accel_kit.engine.generate_measure import token_check
+from accel_kit.engine.generate_measure import hf_greedy, hf_seconds, token_check
 from accel_kit.models import building_on, family_of, get_config, materialize
 from accel_kit.models.generate import IMPLS, Decoder
 from accel_kit.systems import load_system
 from accel_kit.timing import Timeline
-
-
-def hf_generate(hf, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """transformers' greedy generate with a static cache, exactly ``new_tokens`` new tokens."""
-    return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
-                       min_new_tokens=new_tokens, do_sample=False, use_cache=True, cache_implementation="static",
-                       pad_token_id=0)
 
 
 def mean_step_bytes(family, cfg, batch: int, prompt_len: int, new_tokens: int, elem_bytes: int) -> float:
@@ -83,18 +76,11 @@ def ours(decoder: Decoder, prompt: torch.Tensor, new_tokens: int, adapter) -> Si
 
 
 def transformers_side(hf, prompt: torch.Tensor, new_tokens: int, adapter) -> Side:
-    def seconds(n: int) -> float:
-        adapter.synchronize()
-        start = time.perf_counter()
-        hf_generate(hf, prompt, n)
-        adapter.synchronize()
-        return time.perf_counter() - start
+    def run() -> tuple[float, float]:  # as the study's reference times it (generate_measure.hf_reference)
+        first = hf_seconds(hf, prompt, 1, adapter.synchronize)
+        return first, hf_seconds(hf, prompt, new_tokens, adapter.synchronize) - first
 
-    def run() -> tuple[float, float]:
-        first = seconds(1)
-        return first, seconds(new_tokens) - first
-
-    return Side("transformers", run, lambda: hf_generate(hf, prompt, new_tokens))
+    return Side("transformers", run, lambda: hf_greedy(hf, prompt, new_tokens))
 
 
 def run_batch(family, cfg, model, hf, args, batch: int, device, adapter, elem_bytes: int, bandwidth: float,

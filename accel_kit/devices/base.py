@@ -74,9 +74,9 @@ class BaseAdapter:
         return None
 
     def decode_impl(self) -> str:
-        """The generate kind's default decode step (``accel_kit.models.generate.IMPLS``): eager unless the device
-        has a way to replay a step without launching its kernels one by one."""
-        return "eager"
+        """The generate kind's default decode step (``accel_kit.models.generate.IMPLS``): compiled where the device
+        replays a captured step without launching its kernels one by one (``decode_compile_mode``), else eager."""
+        return "compiled" if self.decode_compile_mode() == "reduce-overhead" else "eager"
 
     def empty_cache(self) -> None:
         """Give cached, unused device memory back (between points)."""

@@ -214,6 +214,25 @@ def _decode_metrics(p: GeneratePoint, decode_s: list[float], steps: list[float],
 FP32_CHECK_TOKENS = 16
 
 
+def hf_greedy(hf, prompt: torch.Tensor, new_tokens: int, *, mask: torch.Tensor | None = None,
+              cache_implementation: str | None = "static") -> torch.Tensor:
+    """transformers' greedy ``generate`` of exactly ``new_tokens`` after ``prompt`` (B, T), every position attended
+    (``mask``: ones, made here unless given), with a static cache unless ``cache_implementation`` says otherwise."""
+    return hf.generate(prompt, attention_mask=torch.ones_like(prompt) if mask is None else mask,
+                       max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True,
+                       cache_implementation=cache_implementation, pad_token_id=0)
+
+
+def hf_seconds(hf, prompt: torch.Tensor, new_tokens: int, synchronize) -> float:
+    """Seconds of one ``hf_greedy`` with the device synchronised on both sides (its mask made before the clock)."""
+    mask = torch.ones_like(prompt)
+    synchronize()
+    start = time.perf_counter()
+    hf_greedy(hf, prompt, new_tokens, mask=mask)
+    synchronize()
+    return time.perf_counter() - start
+
+
 def hf_reference(family, model, prompts: torch.Tensor, ours: torch.Tensor, p: GeneratePoint, ctx: Context) -> dict:
     """transformers' greedy ``generate`` (static cache) from the same weights, ``trials`` times: its decode
     tokens/s (N tokens' time less 1 token's: the prefill and the first token) and TTFT; then ``token_check``."""
@@ -223,15 +242,9 @@ def hf_reference(family, model, prompts: torch.Tensor, ours: torch.Tensor, p: Ge
     # its fp32 RoPE frequencies stay fp32, as ours do (``building_on``)
     with building_on(ctx.device, next(model.parameters()).dtype):
         hf = family.to_hf(model).eval()
-    mask = torch.ones_like(prompts)
 
     def seconds(n: int) -> float:
-        ctx.adapter.synchronize()
-        start = time.perf_counter()
-        hf.generate(prompts, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                    use_cache=True, cache_implementation="static", pad_token_id=0)
-        ctx.adapter.synchronize()
-        return time.perf_counter() - start
+        return hf_seconds(hf, prompts, n, ctx.adapter.synchronize)
 
     with torch.inference_mode():
         seconds(p.output_len)  # warm-up (its static cache allocated)
@@ -278,8 +291,7 @@ def token_check(family, model, hf, sequence: torch.Tensor, input_len: int) -> di
     with building_on(prompt.device, torch.float32):  # made on the device, not on the host
         theirs32 = family.to_hf(ours32).eval()
     ours_tokens = greedy_generate(ours32, prompt, n)[0, input_len:]
-    theirs_tokens = theirs32.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                                      min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)[0, input_len:]
+    theirs_tokens = hf_greedy(theirs32, prompt, n, cache_implementation=None)[0, input_len:]
     del ours32, theirs32
     differ = (ours_tokens != theirs_tokens).nonzero()
     return {"tokens_equal_fp32": bool(differ.numel() == 0),

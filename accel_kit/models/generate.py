@@ -198,10 +198,7 @@ def greedy_generate(model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: 
                     on_step: StepCallback | None = None, timeline: Timeline | None = None) -> torch.Tensor:
     """One greedy generation with a decoder of its own (``Decoder``): ids (B, T + N) after ``prompt_ids`` (B, T)."""
     B, T = prompt_ids.shape
-    context = _family(model).context_length(model.cfg)
-    if T + max_new_tokens > context:
-        raise ValueError(f"{T} prompt and {max_new_tokens} new tokens are beyond the model's context {context}")
-    decoder = Decoder(model, B, T + max(max_new_tokens, 1), impl)
+    decoder = Decoder(model, B, T + max(max_new_tokens, 1), impl)  # refuses positions beyond the model's context
     return decoder.generate(prompt_ids, max_new_tokens, on_step=on_step, timeline=timeline)
 
 
