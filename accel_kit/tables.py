@@ -51,7 +51,7 @@ REPLACED = ("time_cv", "noisy", "time_iqr_s")
 MAX_TEXT = 48  # characters of a reason shown in a cell; the full text is in the record
 
 
-@dataclass
+@dataclass(repr=False)  # its repr is its text (below): a plain-text front end shows the table, not the fields
 class Readable:
     """A table for people: ``frame`` (text cells), what every row shares (``shared``) and the footnote."""
 
@@ -71,6 +71,8 @@ class Readable:
     def __str__(self) -> str:
         head = self.caption + "\n" if self.shared else ""
         return head + self.frame.to_string(index=False) + "\n" + self.footnote
+
+    __repr__ = __str__
 
     def __len__(self) -> int:
         return len(self.frame)

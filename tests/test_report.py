@@ -391,3 +391,21 @@ def test_the_serve_table_spreads_a_load_over_its_runs_and_names_each_load():
     assert "one run of this load" in cells[(c4, "output tokens/s spread")].reason
     assert cells[(r2, "TPOT p99 (ms)")].text == "4" and cells[(r2, "goodput (requests/s)")].value == 5.0
     assert {div for div, _ in section.figures} == {"inference-serve-plot"}  # no generate records: no offline figure
+
+
+def test_the_page_title_names_the_work_its_records_cover():
+    from accel_kit.report import title_for
+
+    assert title_for(["scaling", "microbenchmark"]) == "accel-kit: LLM training across systems"
+    assert title_for(["inference"]) == "accel-kit: LLM inference across systems"
+    assert title_for(["gas", "inference"]) == "accel-kit: LLM training and inference across systems"
+
+
+def test_a_readable_table_prints_as_a_table_in_plain_text():
+    import pandas as pd
+    from accel_kit.tables import Readable
+
+    table = Readable(pd.DataFrame({"tokens/s": ["1,234"], "system": ["cpu"]}), {"precision": "fp32"}, "one run")
+    text = repr(table)
+    assert text == str(table) and "frame=" not in text
+    assert text.splitlines() == ["precision fp32", "tokens/s system", "   1,234    cpu", "one run"]

@@ -22,7 +22,15 @@ from accel_kit.report.records import RecordSet, collect
 from accel_kit.report.sections import SECTIONS
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
-TITLE = "accel-kit: LLM training across systems"
+INFERENCE_STUDIES = ("inference",)  # every other study measures training work (a step, a block, a peak)
+
+
+def title_for(studies: Iterable[str]) -> str:
+    """The page's title names the work its records cover, so an inference-only report does not say training."""
+    studies = set(studies)
+    work = [w for w, present in (("training", bool(studies - set(INFERENCE_STUDIES))),
+                                 ("inference", bool(studies & set(INFERENCE_STUDIES)))) if present]
+    return f"accel-kit: LLM {' and '.join(work) or 'benchmarks'} across systems"
 
 
 @dataclass
@@ -57,7 +65,7 @@ class Report:
 
 def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str | os.PathLike | None = None,
                  systems: Iterable[str] | None = None, by_run: bool = False, formats: Iterable[str] = (),
-                 title: str = TITLE) -> Report:
+                 title: str | None = None) -> Report:
     """Read ``sources``, write the report to ``out``; returns what was written.
 
     Args:
@@ -69,6 +77,7 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
         by_run: one column per run of each system instead of each system's latest record per point.
         formats: also write every figure as these static image formats (png, svg, pdf), into
             ``<out stem>_figures/`` beside the page.
+        title: the page's title; None: ``title_for`` the studies its records hold.
 
     Raises:
         DataError: a source missing or unreadable, a system asked for that no source holds, or
@@ -99,7 +108,7 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
     sections = [fn(ctx) for fn in SECTIONS]
     sections.insert(1, findings.findings_section(ctx))
     rendered = [page.section_html(s, ctx.cite) for s in sections]
-    html = page.page(ctx, sections, rendered, title=title)
+    html = page.page(ctx, sections, rendered, title=title or title_for(records.studies()))
     with output_errors(out, "report page"):
         out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, html, what="report page")
