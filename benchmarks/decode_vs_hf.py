@@ -87,9 +87,10 @@ def run_batch(family, cfg, model, hf, args, batch: int, device, adapter, elem_by
               check: bool) -> None:
     prompt = torch.randint(0, cfg.vocab_size, (batch, args.input), generator=torch.Generator().manual_seed(batch))
     prompt = prompt.to(device)
-    transposed = adapter.few_rows_linear_transposed(next(model.parameters()).dtype)  # the adapter's kernel choice
-    sides = [ours(Decoder(model, batch, args.input + args.output, impl, compile_mode=adapter.decode_compile_mode(),
-                          transposed_linears=transposed), prompt, args.output, adapter) for impl in args.impls]
+    kernels = adapter.few_rows_linears(next(model.parameters()).dtype)  # the adapter's candidates, timed per shape
+    decoders = [Decoder(model, batch, args.input + args.output, impl, compile_mode=adapter.decode_compile_mode(),
+                        few_rows_linears=kernels) for impl in args.impls]
+    sides = [ours(decoder, prompt, args.output, adapter) for decoder in decoders]
     sides.append(transformers_side(hf, prompt, args.output, adapter))
     with torch.inference_mode():
         for side in sides:  # compile, capture, allocator growth, first calls: untimed, reported
@@ -113,6 +114,9 @@ def run_batch(family, cfg, model, hf, args, batch: int, device, adapter, elem_by
         print(f"  {side.name:<15} warm-up {side.warmup_s:6.1f} s, TTFT {1e3 * statistics.median(side.ttft_s):8.1f} ms, "
               f"TPOT {1e3 * tpot:8.2f} ms, {rate[side.name]:9.1f} decode tokens/s, {gbps:7.1f} GB/s = MBU "
               f"{100 * gbps / bandwidth:5.1f} % of measured")
+    for decoder in decoders:
+        if decoder.impl == "eager":
+            print(f"  ours eager's linears ran through: {decoder.linear_kernel} (timed on its step and chosen)")
     best = max((s for s in sides if s.name != "transformers"), key=lambda s: rate[s.name])
     print(f"  ratio, decode tokens/s: " + ", ".join(f"{s.name} {rate[s.name] / rate['transformers']:.2f}x"
                                                     for s in sides if s.name != "transformers")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import time
+
 import pytest
 import torch
 
@@ -167,19 +169,32 @@ def test_a_compile_after_the_warm_up_is_an_error(monkeypatch):
         decoder.generate(prompt, 3)
 
 
-def test_few_rows_linears_transposed_give_the_same_products_and_tokens():
+def test_few_rows_kernels_give_the_same_products_and_tokens():
+    from accel_kit.devices.cpu import CPUAdapter, swapped_linear
+
+    kernels = CPUAdapter().few_rows_linears(torch.float32)
+    assert "swapped" in kernels and CPUAdapter().few_rows_linears(torch.bfloat16) == {}
     torch.manual_seed(0)
     w, b = torch.randn(48, 32), torch.randn(48)
     step, prefill = torch.randn(2, 1, 32), torch.randn(G.FEW_ROWS + 1, 32)  # a decode step's (B, 1, h); a prefill's
-    with G.TransposedFewRowsLinear():
-        few, many = torch.nn.functional.linear(step, w, b), torch.nn.functional.linear(prefill, w)
-    assert few.shape == (2, 1, 48)
-    torch.testing.assert_close(few, torch.nn.functional.linear(step, w, b))  # the same product, another order
-    assert torch.equal(many, torch.nn.functional.linear(prefill, w))  # more rows than FEW_ROWS: torch's own
+    for kernel in kernels.values():
+        with torch.inference_mode(), G.FewRowsLinears(kernel):
+            few, many = torch.nn.functional.linear(step, w, b), torch.nn.functional.linear(prefill, w)
+            strided = torch.nn.functional.linear(step[..., ::2], w[:, ::2])  # strided operands
+        assert few.shape == (2, 1, 48)
+        torch.testing.assert_close(few, torch.nn.functional.linear(step, w, b))  # the same product, another order
+        torch.testing.assert_close(strided, torch.nn.functional.linear(step[..., ::2], w[:, ::2]))
+        assert torch.equal(many, torch.nn.functional.linear(prefill, w))  # more rows than FEW_ROWS: torch's own
     _, _, model, prompt = _model("llama3-debug")
     eager = greedy_generate(model, prompt, NEW_TOKENS)
-    decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, transposed_linears=True)
-    assert decoder.transposed_linears and torch.equal(decoder.generate(prompt, NEW_TOKENS), eager)
+    slow = lambda x, weight: (time.sleep(0.002), swapped_linear(x, weight))[1]  # noqa: E731  never the fastest
+    decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, few_rows_linears={"swapped": swapped_linear, "slow": slow})
+    assert decoder.linear_kernel in {"torch", "swapped"}  # timed on the whole step: the sleeping kernel never wins
+    assert torch.equal(decoder.generate(prompt, NEW_TOKENS), eager)
+    for name, kernel in kernels.items():  # each kernel's tokens, forced
+        forced = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS)
+        forced._few_rows = kernel
+        assert torch.equal(forced.generate(prompt, NEW_TOKENS), eager), name
 
 
 def test_generation_past_the_context_is_refused():

@@ -16,7 +16,7 @@ engine's (``accel_kit.engine.eager``), which an adapter replaces through one hoo
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -175,10 +175,12 @@ class BaseAdapter:
         can take that path asks, ``Family.kernel_overrides``)."""
         return False
 
-    def few_rows_linear_transposed(self, dtype: torch.dtype) -> bool:
-        """Whether a linear on a few rows (a decode step's: one row per sequence) runs faster here as
-        ``(W @ x^T)^T`` than as torch's ``x @ W^T`` (``accel_kit.models.generate`` asks, for its eager step)."""
-        return False
+    def few_rows_linears(self, dtype: torch.dtype) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        """Kernels, by name, that may run a linear on a few rows (a decode step's: one row per sequence) faster
+        here than torch's ``x @ W^T``: each takes x (rows, in) and W (out, in) and returns (rows, out). The eager
+        decode step times each against torch's own on the model's weight shapes and keeps the fastest
+        (``accel_kit.models.generate.choose_few_rows_kernels``). Empty: torch's own everywhere."""
+        return {}
 
     # --- provenance and energy
 

@@ -6,7 +6,7 @@ import platform
 import resource
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import torch
@@ -264,12 +264,17 @@ class CPUAdapter(BaseAdapter):
         # oneDNN's bf16 TN GEMMs run at about half the speed of NN (accel_kit.models.gpt2.block measures it).
         return dtype == torch.bfloat16
 
-    def few_rows_linear_transposed(self, dtype: torch.dtype) -> bool:
-        # MKL's fp32 product at 8 rows streamed Llama 3.2 1B's output projection (128256 x 2048) at a third of the
-        # pace of the same product with the operands swapped (236 against 86 ms on a 2-core AVX2 EPYC; 484 against
-        # 252 ms on an AVX512-BF16 one), and its layers' products 1.6-2.4x slower; at one row the two tie. bf16
-        # runs through oneDNN, not measured so: left as torch runs it.
-        return dtype == torch.float32
+    def few_rows_linears(self, dtype: torch.dtype) -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        # torch's fp32 product on a few rows goes to MKL, which streamed Llama 3.2 1B's weights at 5 GB/s at 8 rows
+        # and 21 GB/s at one on a 2-core AVX2 EPYC (triad 33-41 GB/s). The same product with the operands swapped
+        # reached 11 GB/s at 8 rows; oneDNN's linear 14 at 8 and 27 at one. The decoder times them on its own
+        # step and keeps the fastest; bf16 and fp16 go to oneDNN already.
+        if dtype != torch.float32:
+            return {}
+        kernels = {"swapped": swapped_linear}
+        if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+            kernels["onednn"] = onednn_linear
+        return kernels
 
     def worker_env(self) -> dict[str, str]:
         return malloc_env()
@@ -303,3 +308,14 @@ class CPUAdapter(BaseAdapter):
     def set_tf32(self, enabled: bool) -> None:
         # On CPU "high" allows bf16-based fp32 matmul emulation; "highest" is true fp32.
         torch.set_float32_matmul_precision("high" if enabled else "highest")
+
+
+def swapped_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ W^T`` computed as ``(W @ x^T)^T``: the same product, the operands swapped."""
+    return (weight @ x.T).T
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ W^T`` by oneDNN's linear, the operator torch's own compiler emits for a CPU linear (torch's eager
+    ``F.linear`` in fp32 goes to MKL instead)."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight.contiguous(), None, "none", [], "")

@@ -151,7 +151,7 @@ class GenerateMeasurement(KindMeasurement):
         self.prompts = torch.randint(0, vocab, (p.batch_size, p.input_len), generator=gen).to(device)
         self.decoder = Decoder(self.model, p.batch_size, self.total_len, p.impl,
                                compile_mode=adapter.decode_compile_mode(),
-                               transposed_linears=adapter.few_rows_linear_transposed(self.dtype))
+                               few_rows_linears=adapter.few_rows_linears(self.dtype))
 
         def generate() -> None:
             if len(self.intervals) == p.warmup:
@@ -165,7 +165,7 @@ class GenerateMeasurement(KindMeasurement):
     def after_window(self, timing: Timing) -> None:
         self.window_mem = self.ctx.adapter.peak_memory_bytes()  # before the reference allocates anything
         self.base["decode_compiles"] = self.decoder.compiles  # the impl itself is a parameter (record_params)
-        self.base["decode_linears_transposed"] = self.decoder.transposed_linears
+        self.base["decode_linear_kernel"] = self.decoder.linear_kernel
         if self.point.hf_reference:
             self.hf = hf_reference(self.family, self.model, self.prompts, self.tokens, self.point, self.ctx)
 
@@ -345,7 +345,7 @@ register_kind(KIND, GeneratePoint, measure_generate, unsupported=unsupported_gen
     Metric("top1_agreement", "1", "teacher-forced in the run's precision: positions where our top-1 token "
                                          "equals transformers'"),
     Metric("max_logit_diff", "logit", "teacher-forced in the run's precision: the largest |our logit - theirs|"),
-    Metric("decode_linears_transposed", "bool", "the eager decode step's linears ran as (W x^T)^T, the device "
-                                                "adapter's choice for a few rows (models.generate)"),
+    Metric("decode_linear_kernel", "text", "the kernel the eager decode step's linears ran through, timed on the "
+                                           "step and chosen by the decoder (models.generate; torch: F.linear)"),
     Metric("decode_compiles", "1", "graphs the compiled decode step compiled (its warm-up; 0 for eager)"),
 ))

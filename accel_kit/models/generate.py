@@ -28,6 +28,7 @@ intervals are the prefill (time to first token) and each decode step (time per o
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -72,15 +73,19 @@ def _next_token(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return logits[:, -1, :vocab_size].argmax(dim=-1)
 
 
-# At most this many rows (a decode step's batch) a linear runs transposed where the adapter says it pays
+# At most this many rows (a decode step's batch) a linear runs through the chosen few-rows kernel
 FEW_ROWS = 16
+TORCH_LINEAR = "torch"  # torch's own F.linear: every choice's baseline
+FewRowsKernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x (rows, in), W (out, in)) -> (rows, out)
 
 
-class TransposedFewRowsLinear(TorchFunctionMode):
-    """Every ``F.linear`` on at most ``FEW_ROWS`` rows computed as ``(W @ x^T)^T``: the same product with the
-    operands swapped, which some BLAS libraries run several times faster when x has a few rows (the device
-    adapter's ``few_rows_linear_transposed`` says where). torch's own way of intercepting an operator for a region
-    of code: the models stay as they are, and the prefill (many rows) runs as before."""
+class FewRowsLinears(TorchFunctionMode):
+    """Every ``F.linear`` on at most ``FEW_ROWS`` rows through ``kernel``; more rows (a prefill) run as torch runs
+    them. torch's own way of intercepting an operator for a region of code: the models stay as they are."""
+
+    def __init__(self, kernel: FewRowsKernel):
+        super().__init__()
+        self.kernel = kernel
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -88,9 +93,36 @@ class TransposedFewRowsLinear(TorchFunctionMode):
             x, weight, bias = (*args, None)[:3]
             rows = x.numel() // x.shape[-1]
             if rows <= FEW_ROWS and weight.dim() == 2:
-                y = (weight @ x.reshape(rows, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
+                y = self.kernel(x.reshape(rows, x.shape[-1]), weight).reshape(*x.shape[:-1], weight.shape[0])
                 return y if bias is None else y + bias
         return func(*args, **kwargs)
+
+
+def _best_of_s(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # first call: the kernels' own warm-up (thread pools, primitive caches, page faults on the outputs)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.inference_mode()
+def choose_few_rows_kernel(step: Callable[[], object], candidates: dict[str, FewRowsKernel], *,
+                           repeats: int = 3) -> str:
+    """The fastest of torch's own ``F.linear`` and the ``candidates`` (the device adapter's ``few_rows_linears``)
+    for every linear of ``step`` (one decode step), timed on the whole step, the best of ``repeats``. Timed rather
+    than ruled, since which kernel wins depends on the CPU, its BLAS and the shapes; and on the whole step rather
+    than on each product alone, since a kernel with its own thread pool (numpy's BLAS) streamed a weight fastest
+    alone but lost inside a step, where it and torch's threads took turns at spinning on the same cores. Host
+    kernels: timed with the host clock."""
+    def timed(kernel: FewRowsKernel | None) -> float:
+        with FewRowsLinears(kernel) if kernel is not None else contextlib.nullcontext():
+            return _best_of_s(step, repeats)
+
+    times = {name: timed(kernel) for name, kernel in {TORCH_LINEAR: None, **candidates}.items()}
+    return min(times, key=times.get)
 
 
 def _graphs_compiled() -> int:
@@ -110,12 +142,13 @@ class Decoder:
         impl: ``eager`` or ``compiled`` (module docstring).
         compile_mode: ``torch.compile``'s mode for the compiled step (the device adapter's ``decode_compile_mode``:
             ``reduce-overhead`` where CUDA graphs replay it).
-        transposed_linears: the eager step's linears through ``TransposedFewRowsLinear`` (the device adapter's
-            ``few_rows_linear_transposed``; batches over ``FEW_ROWS`` run as torch does).
+        few_rows_linears: kernels the eager step's linears may run through at a batch of at most ``FEW_ROWS``
+            (the device adapter's ``few_rows_linears``): the fastest on this model's step, torch's own included, is
+            chosen here (``choose_few_rows_kernel``) and named in ``linear_kernel``.
     """
 
     def __init__(self, model: nn.Module, batch: int, max_len: int, impl: str = "eager", *,
-                 compile_mode: str | None = None, transposed_linears: bool = False):
+                 compile_mode: str | None = None, few_rows_linears: dict[str, FewRowsKernel] | None = None):
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
         family = _family(model)
@@ -126,7 +159,8 @@ class Decoder:
         weight = next(model.parameters())
         self.device = weight.device
         self.cache = family.new_kv_cache(model.cfg, batch, max_len, dtype=weight.dtype, device=weight.device)
-        self.transposed_linears = transposed_linears and impl == "eager" and batch <= FEW_ROWS
+        self.linear_kernel = TORCH_LINEAR  # the kernel the eager step's linears run through (chosen below)
+        self._few_rows: FewRowsKernel | None = None
         self.compiles = 0  # graphs compiled for this decoder's step so far
         self.frozen = False
         self._step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self._decode
@@ -137,6 +171,16 @@ class Decoder:
                 torch._dynamo.mark_static_address(layer.k)
                 torch._dynamo.mark_static_address(layer.v)
             self._step = torch.compile(self._decode, mode=compile_mode, fullgraph=True, dynamic=False)
+        elif few_rows_linears and batch <= FEW_ROWS:
+            self._choose_kernels(few_rows_linears)
+
+    def _choose_kernels(self, candidates: dict[str, FewRowsKernel]) -> None:
+        """Decode steps of a token at position 0 of the cache (which every prefill writes again), timed with
+        each kernel."""
+        token = torch.zeros(self.batch, 1, dtype=torch.long, device=self.device)
+        self.linear_kernel = choose_few_rows_kernel(lambda: self.model.forward_cached(token, self.cache, 0),
+                                                    candidates)
+        self._few_rows = candidates.get(self.linear_kernel)
 
     def _decode(self, token: torch.Tensor, position: torch.Tensor | int) -> torch.Tensor:
         """One step: the token (B, 1) at ``position`` -> the next token (B,)."""
@@ -178,7 +222,7 @@ class Decoder:
         mark()
         if on_step is not None:
             on_step(0, out[:, T])
-        with TransposedFewRowsLinear() if self.transposed_linears else contextlib.nullcontext():
+        with FewRowsLinears(self._few_rows) if self._few_rows is not None else contextlib.nullcontext():
             for i in range(1, max_new_tokens):
                 start = T + i - 1  # the last new token's position
                 out[:, T + i] = self._step(out[:, start:start + 1], positions[i - 1] if compiled else start)
