@@ -16,6 +16,7 @@ from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.worker import end_group
 from accel_kit.errors import ParameterError
 from accel_kit.models import Layout, estimate_training_memory, family_of, fits, get_config
+from accel_kit.models.init import initialised
 from accel_kit.models.moe.dispatch import LocalDispatch
 from accel_kit.models.moe.experts import Experts, grouped_mm_runs
 from accel_kit.models.moe.parallel import ExpertParallelDispatch, ExpertParallelStats
@@ -38,7 +39,7 @@ def _routing(rank):
 def _check_dispatch(rank, kernel):
     """On each of two ranks: the expert-parallel dispatcher's output and gradients against the local one's."""
     torch.manual_seed(0)
-    full = Experts(E, H, FFN, kernel)
+    full = initialised(lambda: Experts(E, H, FFN, kernel), family_of("moe-debug").init_rule(get_config("moe-debug")))
     x, index, weights = _routing(rank)
     reference = LocalDispatch()(x, index, weights, full)
     reference.square().sum().backward()

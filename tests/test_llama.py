@@ -212,7 +212,7 @@ def test_meta_build_then_materialise_recomputes_rope():
     ref = FAMILY.build(DEBUG)
     real = meta.to_empty(device="cpu")
     real.load_state_dict(ref.state_dict())  # the weights only: the tables are not in it
-    real.reset_rope_tables()
+    real.reset_buffers()
     idx = torch.randint(0, DEBUG.vocab_size, (1, SEQ))
     with torch.no_grad():
         assert torch.equal(real(idx)[0], ref(idx)[0])

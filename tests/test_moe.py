@@ -12,9 +12,15 @@ from accel_kit.errors import ParameterError
 from accel_kit.models import count_active_params, count_params, get_config
 from accel_kit.models.moe import FAMILY, PRESETS, Experts, LocalDispatch, MoEConfig
 from accel_kit.models.moe.hf import from_hf, to_hf, to_hf_names
+from accel_kit.models.init import initialised
 from numerics import assert_close_sums, engine_adamw
 
 DEBUG = PRESETS["moe-debug"]  # Qwen3-MoE-shaped: per-head QK-norm, a dense first layer
+
+
+def _experts(*args) -> Experts:
+    """A lone ``Experts`` drawn as the family draws a model's (its module leaves its weights to the family's rule)."""
+    return initialised(lambda: Experts(*args), FAMILY.init_rule(DEBUG))
 MIXTRAL = replace(DEBUG, qk_norm=None, dense_layers=(), ffn_hidden_size=0, hf_architecture="MixtralForCausalLM")
 OLMOE = replace(DEBUG, qk_norm="full", dense_layers=(), ffn_hidden_size=0, norm_topk_prob=False,
                 hf_architecture="OlmoeForCausalLM")
@@ -184,7 +190,7 @@ def test_grouped_mm_and_loop_kernels_agree():
     torch.manual_seed(0)
     for dtype, h, f in ((torch.float32, 64, 32), (torch.bfloat16, 64, 32), (torch.bfloat16, 36, 12)):
         # the last: 16-bit widths off the 16-byte alignment run padded
-        grouped, loop = Experts(4, h, f, "grouped_mm").to(dtype), Experts(4, h, f, "loop").to(dtype)
+        grouped, loop = _experts(4, h, f, "grouped_mm").to(dtype), _experts(4, h, f, "loop").to(dtype)
         loop.load_state_dict(grouped.state_dict())
         counts = torch.tensor([5, 0, 11, 8])  # an expert with no tokens
         x = torch.randn(24, h, dtype=dtype)
@@ -204,7 +210,7 @@ def test_grouped_mm_and_loop_kernels_agree():
 
 def test_dispatch_is_the_weighted_sum_of_each_tokens_experts():
     torch.manual_seed(0)
-    experts, dispatch = Experts(4, 16, 8, "loop"), LocalDispatch()
+    experts, dispatch = _experts(4, 16, 8, "loop"), LocalDispatch()
     x, index = torch.randn(6, 16), torch.tensor([[0, 2], [2, 3], [2, 0], [1, 2], [3, 0], [2, 1]])
     weights = torch.rand(6, 2)
     y = dispatch(x, index, weights, experts)
@@ -318,12 +324,12 @@ def test_activation_bytes_are_what_a_moe_layer_keeps():
 
 def test_grouped_experts_run_in_autocasts_dtype():
     torch.manual_seed(0)
-    experts = Experts(4, 64, 32, "grouped_mm")  # fp32 weights, as mixed precision keeps them
+    experts = _experts(4, 64, 32, "grouped_mm")  # fp32 weights, as mixed precision keeps them
     counts, x = torch.tensor([3, 5, 0, 8]), torch.randn(16, 64)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = experts.forward_sorted(x, counts)
     assert y.dtype == torch.bfloat16  # the products in bf16, as autocast runs a linear's
-    reference = Experts(4, 64, 32, "loop")
+    reference = _experts(4, 64, 32, "loop")
     reference.load_state_dict(experts.state_dict())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # both in bf16: one bf16 rounding of each product apart at most (rtol), and the fp32 sums' orders (atol)

@@ -279,6 +279,14 @@ class ProgrammingModel:
             raise AttributeError(name)
         return getattr(self.eager, name)
 
+    def build_model(self, point: Any, device: torch.device, **overrides: Any) -> nn.Module:
+        """The point's freshly built fp32 model (seed the generator first), whole, on ``device``: a vendor's
+        toolchain takes the model as it is built."""
+        from accel_kit.models import build_model
+
+        return build_model(point.preset, activation_checkpointing=point.activation_checkpointing, device=device,
+                           **overrides)
+
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it."""
         return self.eager.prepare_model(model, point, device)

@@ -36,6 +36,16 @@ def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
     return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
 
 
+def shards_before_allocating(point: Any) -> bool:
+    """Whether a training point's model is built on the meta device and sharded before it is allocated: FSDP2 or
+    tensor parallelism (not within pipeline stages, whose split renames the blocks, nor with expert parallelism,
+    whose shards are cut from a whole model), for a family drawn by parameter name."""
+    from accel_kit.models import family_of
+
+    return ((point.engine == "fsdp" or point.tp > 1) and point.pp == 1 and point.ep == 1
+            and family_of(point.preset).init_by_name)
+
+
 class EagerModel:
     """Eager PyTorch on ``adapter``'s torch device: DDP (or DeepSpeed) across ranks.
 
@@ -68,11 +78,26 @@ class EagerModel:
 
         return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
 
+    def build_model(self, point: Any, device: torch.device, **overrides: Any) -> nn.Module:
+        """The point's freshly built fp32 model (seed the generator first) on ``device``; for a layout that shards
+        it first (``shards_before_allocating``), on the meta device with its initialisation pending:
+        ``make_trainer`` shards it, then allocates and draws each rank's part (``materialize_deferred``), so no
+        rank holds the whole model."""
+        from accel_kit.models import build_deferred, build_model
+
+        kwargs = {"activation_checkpointing": point.activation_checkpointing, **overrides}
+        if shards_before_allocating(point):
+            return build_deferred(point.preset, **kwargs)
+        return build_model(point.preset, device=device, **kwargs)
+
     def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer).
-        The worker builds it on ``device`` already (``accel_kit.models.materialize``); ``.to`` places one built
-        elsewhere."""
-        model = model.to(device)
+        ``build_model`` builds it on ``device`` already; ``.to`` places one built elsewhere. A model still on the
+        meta device (``build_deferred``) is cast there and placed when ``make_trainer`` has sharded it."""
+        from accel_kit.models import is_deferred
+
+        if not is_deferred(model):
+            model = model.to(device)
         if point.engine in ("deepspeed", "fsdp"):
             return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
         return step_module.cast_for_precision(model, point.precision)

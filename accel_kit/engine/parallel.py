@@ -318,8 +318,12 @@ def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.d
                      **kwargs: Any) -> ParallelTrainer:
     """The trainer of a point with engine fsdp, or tp, cp or ep above 1: its mesh, its model sharded, its
     gradients' reduction, its sequences' sharding, its experts'."""
+    from accel_kit.models import is_deferred, materialize_deferred
+
     mesh = device_mesh(point, device)
     model, experts = parallelize(model, point, family, mesh)
+    if is_deferred(model):  # built on meta (``EagerModel.build_model``): each rank allocates and draws its shards
+        materialize_deferred(model, device)
     dp_group = expert_group = None
     if point.engine == "ddp" and point.data_parallel_size * point.cp > 1:
         dp_group = gradient_mesh(point, mesh).get_group()

@@ -19,7 +19,7 @@ from accel_kit.engine.layout import data_rank, mesh_text, unsupported_on_device
 from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.result import Result
-from accel_kit.models import (Layout, build_model, count_params, estimate_training_memory, family_of, fits,
+from accel_kit.models import (Layout, count_params, estimate_training_memory, family_of, fits,
                               get_config)
 from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
@@ -133,11 +133,11 @@ class TrainMeasurement(KindMeasurement):
                                               "(Trainer.after_step); the DeepSpeed engine here has no such hook")
         torch.manual_seed(p.seed)
         runtime = programming_model(ctx.adapter)  # eager PyTorch, or the vendor's own
-        # Built on the point's device (the host where a vendor's toolchain takes the model from there), in fp32:
-        # every training precision starts from fp32 weights (bf16's master weights, fp16's autocast, FSDP's and
-        # DeepSpeed's mixed precision); prepare_model casts it as the device trains it.
-        model = runtime.prepare_model(build_model(p.preset, activation_checkpointing=p.activation_checkpointing,
-                                                  device=ctx.device, **self.overrides), p, ctx.device)
+        # Built on the point's device (the host where a vendor's toolchain takes the model from there; the meta
+        # device where the layout shards it first), in fp32: every training precision starts from fp32 weights
+        # (bf16's master weights, fp16's autocast, FSDP's and DeepSpeed's mixed precision); prepare_model casts it
+        # as the device trains it.
+        model = runtime.prepare_model(runtime.build_model(p, ctx.device, **self.overrides), p, ctx.device)
         self.model = model  # the family reads what only the model knows after the steps (``Family.ran_fields``)
         # Weight sparsity: prune, keep the masks through training, pick the execution path (the adapter's way).
         self.sparse = runtime.make_sparsity(model, p, ctx.device)

@@ -185,13 +185,24 @@ def group_rows_by_shard(linear: nn.Linear, widths: list[int], parts: int) -> Non
     initialised model's rows is the same model: every weight keeps its value and its own optimizer state,
     so a tensor-parallel run trains as one process does. (Unfusing the linear would do the same and
     rename the weights; the permutation keeps the model's names and its one GEMM per fused matrix.)
+
+    On a model not yet initialised (built on the meta device to be sharded first) there are no values to
+    move: the linear records the order (``init_layout``), in which its parameters are then drawn
+    (``accel_kit.models.init``), so they hold what regrouping one process's would.
     """
+    import functools
+
+    linear.init_layout = functools.partial(rows_grouped_by_shard, widths=list(widths), parts=parts)
     with torch.no_grad():
         for t in (linear.weight, linear.bias):
-            if t is None:
-                continue
-            chunks = [piece.chunk(parts, dim=0) for piece in t.split(widths, dim=0)]
-            t.copy_(torch.cat([c[r] for r in range(parts) for c in chunks], dim=0))
+            if t is not None:
+                t.copy_(linear.init_layout(t))
+
+
+def rows_grouped_by_shard(t: torch.Tensor, widths: list[int], parts: int) -> torch.Tensor:
+    """``t``'s rows (fused matrices of ``widths``) reordered as ``group_rows_by_shard`` orders them (a copy)."""
+    chunks = [piece.chunk(parts, dim=0) for piece in t.split(widths, dim=0)]
+    return torch.cat([c[r] for r in range(parts) for c in chunks], dim=0)
 
 
 def shard_block(block: nn.Module, tp_mesh: Any, colwise: list[str], rowwise: list[str]) -> None:
@@ -240,13 +251,25 @@ class Family(ABC):
 
     @abstractmethod
     def build(self, cfg: Any, *, activation_checkpointing: bool = False) -> nn.Module:
-        """The model, randomly initialised as the family initialises it (on the current default device).
+        """The model, randomly initialised as the family initialises it (``init_rule``), on the current default
+        device in the default dtype: made on the meta device, allocated there and drawn by parameter name
+        (``accel_kit.models.init.initialised``); under ``torch.device("meta")`` its shape alone, nothing drawn.
 
         ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``."""
 
     @abstractmethod
     def build_layer(self, cfg: Any, impl: str = "native") -> nn.Module:
-        """One transformer layer, ``(B, T, h) -> (B, T, h)``: ours (``native``) or transformers' (``hf``)."""
+        """One transformer layer, ``(B, T, h) -> (B, T, h)``: ours (``native``, initialised as ``build``'s
+        layers) or transformers' (``hf``)."""
+
+    # The family's models are drawn by ``init_rule`` (so they can be built on meta and sharded first,
+    # ``build_deferred``); False: the family's models initialise themselves (transformers' own, the hf family).
+    init_by_name: ClassVar[bool] = True
+
+    def init_rule(self, cfg: Any) -> Any:
+        """How each parameter of the family's models (and of a layer alone) starts, by its name: an
+        ``accel_kit.models.init.InitRule``. The one place the family's initialisation is written."""
+        raise NotImplementedError(f"the {self.name} family initialises its models itself")
 
     # --- shape and work
 

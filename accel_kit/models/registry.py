@@ -16,6 +16,7 @@ from accel_kit.errors import ParameterError
 from accel_kit.models.family import Family
 from accel_kit.models.gpt2 import FAMILY as GPT2
 from accel_kit.models.hf import FAMILY as HF
+from accel_kit.models.init import allocate, draw_seed, init_parameters
 from accel_kit.models.llama import FAMILY as LLAMA
 from accel_kit.models.moe import FAMILY as MOE
 
@@ -112,18 +113,17 @@ def building_on(device: torch.device | str, dtype: torch.dtype = torch.float32) 
 
     Why not build on the host and ``.to(device, dtype)``: that allocates the whole model on the host in
     fp32 first (Llama 3.1 8B: 32 GB, over 80 s on an H200's host, against 0.4 s built on the GPU) and then
-    a second copy. Built here, each parameter is allocated once, on the device, in ``dtype``, and the
-    family's own initialisation runs on it where it is created, drawing from the device's generator.
+    a second copy. Built here, a family's model is made on the meta device, each parameter allocated once,
+    on the device, in ``dtype``, and drawn there by name (``accel_kit.models.init``); a transformers model
+    (the ``hf`` family, a reference) is made here as transformers makes it.
 
     What a family computes in fp32 on purpose (RoPE tables: ``rope_tables`` asks for fp32 explicitly) stays
     fp32, where ``.to(dtype)`` would have cast it; the model casts the tables to the activations' dtype at
-    use, so the values it computes with are the same. Parameters (RMSNorm's ones included) are in ``dtype``,
-    as ``.to(dtype)`` made them. On the CPU a seeded fp32 build is bit for bit the one made on the host
-    before; a 16-bit build draws from the same seed but may round some draws differently from fp32 draws
-    cast afterwards (torch's CPU normal_ takes another code path for 16-bit tensors of some sizes).
+    use, so the values it computes with are the same. Parameters (RMSNorm's ones included) are in ``dtype``.
+    The draws are fp32 whatever ``dtype``: a 16-bit build holds the same seed's fp32 build rounded.
 
     The default dtype is process-wide: nothing else should create tensors on another thread meanwhile
-    (a point's worker builds its model on its one thread).
+    (a point's worker builds its model on its one thread; the draws' pool threads create none).
     """
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -142,9 +142,13 @@ def materialize(preset_or_config: Any, *, device: torch.device | str, dtype: tor
     A training point whose precision keeps fp32 weights (fp32, fp16 under autocast, bf16's master weights,
     FSDP's and DeepSpeed's mixed precision) asks for fp32 here and casts afterwards as it trains; inference
     and the microbenchmark ask for their compute dtype."""
-    cfg = get_config(preset_or_config, **overrides) if isinstance(preset_or_config, str) else preset_or_config
+    cfg = _config(preset_or_config, overrides)
     with building_on(device, dtype):
         return family_of(cfg).build(cfg, activation_checkpointing=activation_checkpointing)
+
+
+def _config(preset_or_config: Any, overrides: dict[str, Any]) -> Any:
+    return get_config(preset_or_config, **overrides) if isinstance(preset_or_config, str) else preset_or_config
 
 
 def build_model(preset: str, *, activation_checkpointing: bool = False, device: torch.device | str | None = None,
@@ -153,6 +157,35 @@ def build_model(preset: str, *, activation_checkpointing: bool = False, device: 
     ``dtype`` (``materialize``)."""
     return materialize(preset, device=device or "cpu", dtype=dtype, activation_checkpointing=activation_checkpointing,
                        **overrides)
+
+
+def build_deferred(preset_or_config: Any, *, dtype: torch.dtype = torch.float32, activation_checkpointing: bool = False,
+                   **overrides: Any) -> nn.Module:
+    """The model on the meta device in ``dtype``, its initialisation pending: the seed is drawn now, where
+    ``materialize`` would draw it. Lay it out first (``fully_shard``, ``parallelize_module``: on meta tensors they
+    allocate nothing), then ``materialize_deferred`` allocates each rank's shards and draws them, which hold what
+    ``materialize`` from the same seed holds there (torchtitan's order: meta, parallelise, ``to_empty``, init)."""
+    cfg = _config(preset_or_config, overrides)
+    family = family_of(cfg)
+    if not family.init_by_name:
+        raise ValueError(f"the {family.name} family initialises its models itself: build it where it runs")
+    with building_on("meta", dtype):
+        model = family.build(cfg, activation_checkpointing=activation_checkpointing)
+    model.pending_init_seed = draw_seed()
+    return model
+
+
+def is_deferred(model: nn.Module) -> bool:
+    """Whether ``model`` came from ``build_deferred`` and is not materialised yet."""
+    return hasattr(model, "pending_init_seed")
+
+
+def materialize_deferred(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """A ``build_deferred`` model (sharded or not) allocated on ``device`` and drawn (``accel_kit.models.init``)."""
+    seed = model.pending_init_seed
+    del model.pending_init_seed
+    init_parameters(allocate(model, device), family_of_model(model).init_rule(model.cfg), seed)
+    return model
 
 
 def count_params(preset: str, **overrides: Any) -> int:

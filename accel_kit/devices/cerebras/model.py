@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from accel_kit.devices.base import ProgrammingModel
 from accel_kit.devices.cerebras.backend import open_backend, set_precision
 from accel_kit.devices.cerebras.block import BlockStep
 from accel_kit.devices.cerebras.options import CerebrasOptions
@@ -29,6 +30,8 @@ class CstorchModel:
     def __init__(self, options: CerebrasOptions, eager: Any):
         self.options, self.eager = options, eager
         self._sparsity: CstorchSparsity | None = None  # from make_sparsity to make_trainer
+
+    build_model = ProgrammingModel.build_model  # whole, on the host: cstorch takes the model as it is built
 
     def prepare_model(self, model: torch.nn.Module, point: Any, device: torch.device) -> torch.nn.Module:
         """Opens the backend and sets cstorch's precision; the model stays fp32 (cstorch's mixed precision

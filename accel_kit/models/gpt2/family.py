@@ -12,7 +12,11 @@ from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStage
 from accel_kit.models.gpt2.flops import attention_flops_per_token, block_gemm_shapes, block_matmul_flops_per_token
 from accel_kit.models.gpt2.block import Block
 from accel_kit.models.gpt2.model import GPT, GPTConfig
+from accel_kit.models.init import ONES, ZEROS, Init, InitRule, initialised
 from accel_kit.models.gpt2.presets import PRESETS, SOURCES
+
+
+INIT_STD = 0.02  # GPT-2's initializer_range
 
 
 class GPT2(Family):
@@ -26,14 +30,29 @@ class GPT2(Family):
     supports_kv_cache = True  # GPT.forward_cached
 
     def build(self, cfg: GPTConfig, *, activation_checkpointing: bool = False) -> GPT:
-        return GPT(cfg, activation_checkpointing=activation_checkpointing)
+        return initialised(lambda: GPT(cfg, activation_checkpointing=activation_checkpointing), self.init_rule(cfg))
 
     def build_layer(self, cfg: GPTConfig, impl: str = "native") -> nn.Module:
         if impl == "native":
-            return Block(cfg.block)
+            return initialised(lambda: Block(cfg.block), self.init_rule(cfg))
         from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
         return GPT2Block(self.hf_config(cfg), layer_idx=0)
+
+    def init_rule(self, cfg: GPTConfig) -> InitRule:
+        # GPT-2's: normal(0, 0.02) for the linears and both embeddings, biases 0, LayerNorms' weights 1; the
+        # residual projections (c_proj) at 0.02 / sqrt(2 n_layers), so the residual stream's variance does not
+        # grow with depth.
+        residual = Init(std=INIT_STD / (2 * cfg.n_layers) ** 0.5)
+
+        def rule(name: str) -> Init:
+            module, _, kind = name.rpartition(".")
+            if kind == "bias":
+                return ZEROS
+            if module.rpartition(".")[2].startswith("ln_"):
+                return ONES
+            return residual if module.endswith("c_proj") else Init(std=INIT_STD)
+        return rule
 
     def context_length(self, cfg: GPTConfig) -> int:
         return cfg.seq_len  # the learned position table's rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from accel_kit.models.gpt2.model import GPT, GPTConfig
+from accel_kit.models.init import allocated, transformers_uninitialised
 
 _TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -32,7 +33,7 @@ def to_hf(model: GPT):
     """A ``GPT2LMHeadModel`` holding a copy of ``model``'s weights."""
     from transformers import GPT2LMHeadModel
 
-    hf = GPT2LMHeadModel(hf_config(model.cfg))
+    hf = transformers_uninitialised(lambda: GPT2LMHeadModel(hf_config(model.cfg)))  # every weight copied from ours
     hf_state = hf.state_dict()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
@@ -49,7 +50,7 @@ def from_hf(hf_model, *, vocab_size: int | None = None) -> GPT:
                     seq_len=c.n_positions, mlp_ratio=(c.n_inner or 4 * c.n_embd) // c.n_embd)
     if cfg.padded_vocab_size != c.vocab_size:
         cfg = cfg.replace(pad_vocab_multiple=c.vocab_size)  # keep every embedding row of the source
-    model = GPT(cfg)
+    model = allocated(lambda: GPT(cfg), hf_model.device)  # no draws: every weight is copied from the source
     hf_state = hf_model.state_dict()
     with torch.no_grad():
         for name, tensor in model.state_dict().items():

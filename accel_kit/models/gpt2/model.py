@@ -60,21 +60,11 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.hidden_size)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied (GPT-2)
-        self.apply(self._init_weights)
-        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layers) so the residual stream's
-        # variance does not grow with depth.
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / (2 * cfg.n_layers) ** 0.5)
+        # random values: the family's (``GPT2.init_rule``, drawn by ``accel_kit.models.init``)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    def reset_buffers(self) -> None:
+        """The position ids again, on the model's device (after building on meta and ``to_empty``)."""
+        self.position_ids = torch.arange(self.cfg.seq_len, device=self.position_ids.device)
 
     # The forward in three parts, as a pipeline runs them one stage at a time (``Family.stage_forward``):
     # the embedding (tokens and positions), the blocks, the head.

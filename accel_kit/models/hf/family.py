@@ -161,6 +161,8 @@ class TransformersCausalLM(Family):
 
     # --- building
 
+    init_by_name = False  # transformers initialises its models, each architecture its own way
+
     def build(self, cfg: HFConfig, *, activation_checkpointing: bool = False) -> HFCausalLM:
         return HFCausalLM(cfg, activation_checkpointing=activation_checkpointing)
 

@@ -14,7 +14,8 @@ import accel_kit.models.llama.hf as llama_hf  # by its full name: no import thro
 from accel_kit.models.family import (Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block,
                                      unique_tensors)
 from accel_kit.models.llama.config import LlamaConfig, RopeScaling
-from accel_kit.models.llama.model import Llama, LlamaBlock
+from accel_kit.models.init import ONES, Init, InitRule, initialised
+from accel_kit.models.llama.model import INIT_STD, Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
 
 BYTES_16BIT = 2  # Korthikanti's accounting is for 16-bit activations
@@ -38,14 +39,19 @@ class Llama3(Family):
     # --- building
 
     def build(self, cfg: LlamaConfig, *, activation_checkpointing: bool = False) -> Llama:
-        return Llama(cfg, activation_checkpointing=activation_checkpointing)
+        return initialised(lambda: Llama(cfg, activation_checkpointing=activation_checkpointing), self.init_rule(cfg))
 
     def build_layer(self, cfg: LlamaConfig, impl: str = "native") -> nn.Module:
         if impl == "native":
-            return LlamaBlock(cfg)
+            return initialised(lambda: LlamaBlock(cfg), self.init_rule(cfg))
         if impl == "hf":
             return llama_hf.HFLlamaLayer(cfg)
         raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")
+
+    def init_rule(self, cfg: LlamaConfig) -> InitRule:
+        # transformers' Llama init: normal(0, 0.02) for linears and the embedding; norms start at 1.
+        # No depth scaling of the residual projections (unlike GPT-2's 1/sqrt(2L)).
+        return lambda name: ONES if name.endswith("norm.weight") else Init(std=INIT_STD)
 
     # --- shape and work
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import torch
 
+from accel_kit.models.init import allocated, transformers_uninitialised
 from accel_kit.models.llama.config import LlamaConfig, RopeScaling
 from accel_kit.models.llama.model import Llama
 
@@ -93,7 +94,7 @@ def to_hf(model: Llama):
     """A ``LlamaForCausalLM`` holding a copy of ``model``'s weights."""
     from transformers import LlamaForCausalLM
 
-    hf = LlamaForCausalLM(hf_config(model.cfg))
+    hf = transformers_uninitialised(lambda: LlamaForCausalLM(hf_config(model.cfg)))  # every weight copied from ours
     hf_state = hf.state_dict()
     with torch.no_grad():
         for key, value in to_hf_state(model.state_dict(), model.cfg).items():
@@ -128,7 +129,7 @@ def from_hf(hf_model, *, vocab_size: int | None = None) -> Llama:
     """Our Llama holding a copy of a ``LlamaForCausalLM``'s weights (``vocab_size``: the tokenizer's,
     where the source's embedding is padded beyond it)."""
     cfg = config_from_hf(hf_model.config, vocab_size=vocab_size)
-    model = Llama(cfg)
+    model = allocated(lambda: Llama(cfg), hf_model.device)  # no draws: every weight is copied from the source
     state = model.state_dict()
     with torch.no_grad():
         for name, value in from_hf_state(hf_model.state_dict(), cfg).items():

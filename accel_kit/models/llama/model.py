@@ -93,7 +93,7 @@ class LlamaAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)  # (seq_len, head_dim/2) fp32
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def reset_rope_tables(self) -> None:
+    def reset_buffers(self) -> None:
         """Recompute the tables where they are (after ``to_empty``: a non-persistent buffer loads from nowhere)."""
         self.rope_cos, self.rope_sin = rope_tables(self.cfg, device=self.rope_cos.device)
 
@@ -191,19 +191,14 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.apply(self._init_weights)
+        # random values: the family's (``LlamaFamily.init_rule``, drawn by ``accel_kit.models.init``)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # transformers' Llama init: normal(0, 0.02) for linears and the embedding; norms start at 1.
-        # No depth scaling of the residual projections (unlike GPT-2's 1/sqrt(2L)).
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
-
-    def reset_rope_tables(self) -> None:
-        """Recompute every layer's RoPE tables on its device (after building on meta and ``to_empty``)."""
+    def reset_buffers(self) -> None:
+        """Recompute the RoPE tables on the layers' device once, shared by every layer as when built (after
+        building on meta and ``to_empty``)."""
+        tables = rope_tables(self.cfg, device=self.embed_tokens.weight.device)
         for block in self.layers:
-            block.self_attn.reset_rope_tables()
+            block.self_attn.rope_cos, block.self_attn.rope_sin = tables
 
     # The forward in three parts, as a pipeline runs them one stage at a time (``Family.stage_forward``);
     # each block holds its RoPE tables, so the blocks need nothing from the embedding's stage.

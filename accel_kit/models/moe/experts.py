@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-INIT_STD = 0.02  # transformers' initializer_range: experts ~ N(0, 0.02^2), as their _init_weights does
 ALIGN_BYTES = 16  # _grouped_mm's stride alignment
 
 
@@ -87,10 +86,9 @@ class Experts(nn.Module):
         self.n_experts, self.hidden_size, self.ffn_hidden_size = n_experts, hidden_size, ffn_hidden_size
         self.kernel = kernel
         self.kernel_ran: str | None = None
+        # random values: the family's (``MoE.init_rule``: N(0, 0.02^2), as transformers' _init_weights)
         self.gate_up_proj = nn.Parameter(torch.empty(n_experts, 2 * ffn_hidden_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(n_experts, hidden_size, ffn_hidden_size))
-        nn.init.normal_(self.gate_up_proj, mean=0.0, std=INIT_STD)
-        nn.init.normal_(self.down_proj, mean=0.0, std=INIT_STD)
 
     def resolve_kernel(self, x: torch.Tensor) -> str:
         dtype = _compute_dtype(x)

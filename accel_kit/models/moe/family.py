@@ -16,7 +16,8 @@ import accel_kit.models.moe.hf as moe_hf  # by its full name: no import through 
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, unique_tensors
 from accel_kit.models.moe.config import MoEConfig
 from accel_kit.models.moe.experts import Experts, grouped_mm_runs
-from accel_kit.models.moe.model import MoEBlock, MoEModel
+from accel_kit.models.init import ONES, Init, InitRule, initialised, transformers_uninitialised
+from accel_kit.models.moe.model import INIT_STD, MoEBlock, MoEModel
 from accel_kit.models.moe.presets import PRESETS, SOURCES
 
 BYTES_16BIT = 2  # Korthikanti's accounting is for 16-bit activations
@@ -62,20 +63,26 @@ class MixtureOfExperts(Family):
     # --- building
 
     def build(self, cfg: MoEConfig, *, activation_checkpointing: bool = False) -> MoEModel:
-        return MoEModel(cfg, activation_checkpointing=activation_checkpointing)
+        return initialised(lambda: MoEModel(cfg, activation_checkpointing=activation_checkpointing),
+                           self.init_rule(cfg))
+
+    def init_rule(self, cfg: MoEConfig) -> InitRule:
+        # transformers' init for these models: normal(0, 0.02) for the linears (the router too), the embedding and
+        # the experts' 3-D weights; the norms (QK-norms too) start at 1
+        return lambda name: ONES if name.endswith("norm.weight") else Init(std=INIT_STD)
 
     def build_layer(self, cfg: MoEConfig, impl: str = "native") -> nn.Module:
         """One MoE layer (never a dense one): ours, or transformers' decoder layer of ``cfg.hf_architecture``
         holding the weights ours has from the same seed."""
         if impl == "native":
-            return MoEBlock(cfg)
+            return initialised(lambda: MoEBlock(cfg), self.init_rule(cfg))
         if impl == "hf":
             # Our layer's weights under transformers' names: the two impls then time the same weights (one seed
             # gives both). transformers' experts are torch.empty until a whole model's post_init, and a lone
             # layer has none: its 2.4 GB of Qwen3-30B-A3B experts were never-written pages of zeros, on which
-            # its fp32 products ran 15x faster than on real weights.
-            ours = MoEBlock(cfg)  # first: transformers' constructors draw from the generator too
-            layer = moe_hf.HFMoELayer(cfg)
+            # its fp32 products ran 15x faster than on real weights. Made without draws: every weight is ours.
+            ours = self.build_layer(cfg, "native")
+            layer = transformers_uninitialised(lambda: moe_hf.HFMoELayer(cfg))
             layer.layer.load_state_dict(moe_hf.to_hf_names(ours.state_dict(), cfg))
             return layer
         raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import torch
 
+from accel_kit.models.init import allocated, transformers_uninitialised
 from accel_kit.models.llama.hf import split_fused
 from accel_kit.models.moe.config import MoEConfig
 from accel_kit.models.moe.model import MoEModel
@@ -121,7 +122,8 @@ def hf_class(name: str, arch: str):
 def to_hf(model: MoEModel):
     """transformers' model of ``model.cfg.hf_architecture`` holding a copy of ``model``'s weights."""
     cfg = model.cfg
-    hf = hf_class("ForCausalLM", cfg.hf_architecture)(hf_config(cfg))
+    # every weight copied from ours
+    hf = transformers_uninitialised(lambda: hf_class("ForCausalLM", cfg.hf_architecture)(hf_config(cfg)))
     hf_state = hf.state_dict()
     with torch.no_grad():
         for key, value in to_hf_state(model.state_dict(), cfg).items():
@@ -161,7 +163,7 @@ def config_from_hf(c, *, vocab_size: int | None = None) -> MoEConfig:
 def from_hf(hf_model, *, vocab_size: int | None = None) -> MoEModel:
     """Our model holding a copy of a transformers MoE model's weights."""
     cfg = config_from_hf(hf_model.config, vocab_size=vocab_size)
-    model = MoEModel(cfg)
+    model = allocated(lambda: MoEModel(cfg), hf_model.device)  # no draws: every weight is copied from the source
     state = model.state_dict()
     with torch.no_grad():
         for name, value in from_hf_state(hf_model.state_dict(), cfg).items():

@@ -49,7 +49,8 @@ class MoEAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)  # (seq_len, head_dim/2) fp32
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def reset_rope_tables(self) -> None:
+    def reset_buffers(self) -> None:
+        """Recompute the tables where they are (after ``to_empty``)."""
         self.rope_cos, self.rope_sin = rope_tables(self.cfg, device=self.rope_cos.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,7 +153,6 @@ class MoEBlock(nn.Module):
         self.self_attn = MoEAttention(cfg, tables)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MoEMLP(cfg) if cfg.is_moe_layer(index) else SwiGLU(cfg.hidden_size, cfg.ffn_hidden_size)
-        self.apply(_init_weights)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x))
@@ -162,13 +162,6 @@ class MoEBlock(nn.Module):
         """``forward`` with a static KV cache (``MoEAttention.forward_cached``); the MLP routes as in training."""
         x = x + self.self_attn.forward_cached(self.input_layernorm(x), cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-
-def _init_weights(module: nn.Module) -> None:
-    # transformers' init for these models: normal(0, 0.02) for linears (the router too) and the embedding;
-    # the experts' 3-D weights likewise (moe.experts); norms start at 1.
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
 
 
 def load_balancing_loss(stats: list[tuple[torch.Tensor, torch.Tensor, int]], n_experts: int) -> torch.Tensor:
@@ -197,16 +190,17 @@ class MoEModel(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        _init_weights(self.embed_tokens)
-        _init_weights(self.lm_head)
+        # random values: the family's (``MoE.init_rule``, drawn by ``accel_kit.models.init``)
 
     def moe_layers(self) -> list[MoEMLP]:
         return [block.mlp for block in self.layers if isinstance(block.mlp, MoEMLP)]
 
-    def reset_rope_tables(self) -> None:
-        """Recompute every layer's RoPE tables on its device (after building on meta and ``to_empty``)."""
+    def reset_buffers(self) -> None:
+        """Recompute the RoPE tables on the model's device once, shared by every layer as when built (after
+        building on meta and ``to_empty``)."""
+        tables = rope_tables(self.cfg, device=self.embed_tokens.weight.device)
         for block in self.layers:
-            block.self_attn.reset_rope_tables()
+            block.self_attn.rope_cos, block.self_attn.rope_sin = tables
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         if idx.shape[1] > self.cfg.seq_len:
