@@ -1,5 +1,6 @@
 """Models built where they run, in the precision they run in (``accel_kit.models.materialize``, issue 40): no host
 copy, no fp32 copy of a 16-bit model, and a seeded fp32 build bit for bit the host's."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from accel_kit.models import building_on, family_of, get_config, materialize
+from accel_kit.models.init import allocate, init_parameters
 
 SMALL = ("gpt2-debug", "llama3-debug", "moe-debug")
 
@@ -86,3 +88,90 @@ def test_a_bf16_generate_build_of_llama32_3b_costs_its_bf16_weights_in_host_memo
     out = subprocess.run([sys.executable, "-c", RSS_SCRIPT], capture_output=True, text=True, check=True, env=env)
     grown, weights = map(int, out.stdout.split())
     assert grown <= 1.25 * weights, f"peak RSS grew {grown / weights:.2f}x the bf16 weights ({weights / 2**30:.2f} GiB)"
+
+
+# --- drawn by name (accel_kit.models.init): values from the seed and the parameter's name alone
+
+def _drawn(cfg, seed, threads):
+    """``cfg``'s model made on meta, allocated on the host and drawn from ``seed`` on ``threads`` threads."""
+    family = family_of(cfg)
+    with torch.device("meta"):
+        model = family.build(cfg)
+    init_parameters(allocate(model, "cpu"), family.init_rule(cfg), seed, threads=threads)
+    return model.state_dict()
+
+
+@pytest.mark.parametrize("preset", SMALL)
+def test_a_parameter_is_drawn_from_the_seed_and_its_name_alone(preset):
+    cfg = get_config(preset)
+    one = _drawn(cfg, 1234, threads=1)
+    # other threads (the draws in another order), and a deeper model (more parameters drawn before and after the
+    # ones it shares): each shared name holds the same values, bit for bit
+    deeper = _drawn(dataclasses.replace(cfg, n_layers=cfg.n_layers + 1), 1234, threads=2)
+    for name, t in _drawn(cfg, 1234, threads=3).items():
+        assert torch.equal(t, one[name]), name
+        if "c_proj.weight" not in name:  # (GPT-2's residual projections' std depends on the depth)
+            assert torch.equal(deeper[name], t), name
+    other_seed = _drawn(cfg, 1235, threads=1)
+    assert all(not torch.equal(t, other_seed[name]) for name, t in one.items() if t.std() > 0)
+    # the seed is drawn from torch's default generator: manual_seed decides the build
+    torch.manual_seed(7)
+    a = materialize(preset, device="cpu").state_dict()
+    torch.manual_seed(7)
+    b = materialize(preset, device="cpu").state_dict()
+    assert all(torch.equal(t, b[name]) for name, t in a.items())
+
+
+@pytest.mark.parametrize("preset", SMALL)
+def test_a_bf16_build_is_the_fp32_build_rounded(preset):
+    torch.manual_seed(0)
+    fp32 = materialize(preset, device="cpu", dtype=torch.float32).state_dict()
+    torch.manual_seed(0)
+    bf16 = materialize(preset, device="cpu", dtype=torch.bfloat16).state_dict()
+    for name, t in bf16.items():
+        assert torch.equal(t, fp32[name].to(t.dtype)), name
+
+
+def _sharded_build(rank, world, meet):
+    """On each of two gloo ranks: GPT-2's and Llama's models built on meta, laid out (FSDP2 over both ranks, then
+    tensor parallel 2) before they are allocated, then drawn: each rank holds half the weights, and the gathered
+    weights are one process's build from the same seed (in the regrouped row order tensor parallelism keeps)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from accel_kit.engine.parallel import fsdp_wrap
+    from accel_kit.models import build_deferred, build_model, materialize_deferred
+
+    os.environ.update(meet)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    for preset in ("gpt2-debug", "llama3-debug"):
+        family = family_of(preset)
+        for layout in ("fsdp", "tp"):
+            torch.manual_seed(0)
+            model = build_deferred(preset)
+            if layout == "fsdp":
+                fsdp_wrap(model, getattr(model, family.pipeline_stages(model).blocks), mesh, "fp32")
+            else:
+                family.apply_tensor_parallel(model, mesh)
+            materialize_deferred(model, "cpu")
+            torch.manual_seed(0)
+            whole = dict(build_model(preset).named_parameters())
+            for name, p in model.named_parameters():
+                owner = model.get_submodule(name.rpartition(".")[0])
+                expected = whole[name].detach()
+                if hasattr(owner, "init_layout"):  # rows regrouped per tensor-parallel shard
+                    expected = owner.init_layout(expected)
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                assert torch.equal(full.detach(), expected), f"{preset} {layout}: {name}"
+            if layout == "fsdp":  # every parameter sharded: this rank allocated its half
+                local = sum(p.to_local().numel() for p in model.parameters())
+                assert local <= sum(p.numel() for p in model.parameters()) // world + 64, preset
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow  # two gloo ranks: about 10 s on 2 cores
+def test_a_sharded_build_gathers_to_the_single_process_build():
+    from ranks import rendezvous, spawn
+
+    with rendezvous(1) as meets:
+        spawn(_sharded_build, (2, meets[0]), 2)
