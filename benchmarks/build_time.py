@@ -1,11 +1,11 @@
 """How long a point's model takes to build where it runs, in the precision it runs in (issue 40).
 
-Times ``accel_kit.models.materialize`` (the path every kind's setup takes): the model allocated on the
-device in the point's dtype and initialised there by its family, seeded, with no host copy and no fp32
-copy. Prints the build's seconds, the bf16 weights' bytes and how far the process's peak RSS rose (on
-the CPU, where the weights are host memory), the CPU's kernel capability and the load average (a shared
-machine's other work slows the generator's draws, which are most of the time). The model's shape alone
-on the meta device is timed first, as ``count_params`` builds it.
+Times ``accel_kit.models.materialize`` (the path every kind's setup takes): the model made on the meta device,
+allocated on the device in the point's dtype and drawn there by parameter name (``accel_kit.models.init``),
+seeded, with no host copy and no fp32 copy. Prints the build's seconds, the bf16 weights' bytes and how far the
+process's peak RSS rose (on the CPU, where the weights are host memory), the CPU's kernel capability and the
+load average (a shared machine's other work slows the generator's draws, which are most of the time). The
+model's shape alone on the meta device is timed first, as ``count_params`` builds it.
 
     python benchmarks/build_time.py                                  # llama3.1-8b, bf16, on the CPU
     python benchmarks/build_time.py llama3.2-3b --dtype fp32 --device cuda
@@ -13,12 +13,15 @@ on the meta device is timed first, as ``count_params`` builds it.
 
 Refuses, in one line, where the host has not the memory for the weights (Llama 3.1 8B in bf16: 16 GB).
 
-Measured (AVX2 2-core VM, torch 2.13 CPU, shared: load average 6.9): llama3.1-8b bf16 on the CPU, 8.03 B
-params, materialise 320 s, peak RSS up 15.03 GiB = 1.00x its bf16 weights (the old host-fp32-then-cast path
-needs 3x: it could not run on this 24 GB host). The seconds are the CPU generator's draws, one at a time on
-one thread: torch's default init of every nn.Linear (kaiming_uniform_, about 40 %, overwritten at once by the
-family's normal_) and the family's own normal_ (Llama 3.2 3B: 134 s under the same load). Built under
-``torch.device("cuda")`` the draws run on the GPU (0.4 s for this model on an H200, issue 40).
+Measured (2-core AVX2 EPYC VM, ``get_cpu_capability()`` AVX2, torch 2.13 CPU, 23 GiB, shared with other
+work), ``python benchmarks/build_time.py``: llama3.1-8b bf16 on the CPU, 8.03 B params, materialise 54.1 s at
+load average 3.3-4.4 (peak RSS up 15.28 GiB = 1.02x its bf16 weights); ``llama3.2-3b``: 27.2 s at load 3.8-4.5,
+1.05x. Before (each nn.Linear's kaiming_uniform_ then the family's normal_, bf16 draws one at a time on one
+thread) the 8B build took 320 s at load 6.9 and the 3B 134 s. The draws are fp32 in chunks cast into the bf16
+weights (torch's CPU normal_ is vectorised for fp32: about twice its bf16 rate), several parameters at once on
+a pool of torch.get_num_threads() threads; on this loaded host two threads drew 131-190 M params/s against
+105-124 M on one (Llama 3.1 8B's shape at 2 layers). Built under ``torch.device("cuda")`` the draws run on
+the GPU.
 """
 from __future__ import annotations
 

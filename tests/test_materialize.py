@@ -1,5 +1,6 @@
 """Models built where they run, in the precision they run in (``accel_kit.models.materialize``, issue 40): no host
-copy, no fp32 copy of a 16-bit model, and a seeded fp32 build bit for bit the host's."""
+copy, no fp32 copy of a 16-bit model, a seeded fp32 build bit for bit the host's; each parameter drawn from the
+seed and its name alone (``accel_kit.models.init``), so threads, depth and sharding do not change its values."""
 import dataclasses
 import os
 import subprocess
@@ -65,9 +66,9 @@ def test_the_transformers_reference_holds_our_weights_in_our_dtype():
 RSS_SCRIPT = textwrap.dedent("""
     import resource, psutil, torch
     from accel_kit.models import materialize
-    # The random draws fill the weights in place and allocate nothing (with them the same build grew 1.135x the
-    # weights: benchmarks/build_time.py), but 3.2 billion of them take a minute of a 2-core CPU's serial
-    # generator: a fill writes every page instead, so the test measures what the build allocates, in seconds.
+    # The random draws fill the weights in place and allocate 16 MB of scratch per thread (with them the same build
+    # grew 1.05x the weights: benchmarks/build_time.py), but 3.2 billion of them take half a minute of a 2-core
+    # CPU: a fill writes every page instead, so the test measures what the build allocates, in seconds.
     torch.Tensor.normal_ = torch.Tensor.uniform_ = lambda self, *args, **kwargs: self.fill_(0.01)  # still written
     before = psutil.Process().memory_info().rss  # imports done; the peak from here on is the build's
     torch.manual_seed(0)
@@ -82,7 +83,7 @@ RSS_SCRIPT = textwrap.dedent("""
 @pytest.mark.slow  # 6 GB allocated and touched in a fresh interpreter: about 10 s on 2 cores
 def test_a_bf16_generate_build_of_llama32_3b_costs_its_bf16_weights_in_host_memory():
     """Built the old way (host fp32, then ``.to(bf16)``) the peak was 3x the bf16 weights (12.8 GB fp32 plus
-    the 6.4 GB copy); built in place, the weights and the tied head's transient ``nn.Linear`` (0.8 GB)."""
+    the 6.4 GB copy); built on meta and allocated in place, the weights alone (1.06x with fills)."""
     root = str(Path(__file__).resolve().parents[1])
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", RSS_SCRIPT], capture_output=True, text=True, check=True, env=env)
