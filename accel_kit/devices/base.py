@@ -26,7 +26,7 @@ from accel_kit.devices.types import (  # noqa: F401  (re-exported: adapters impo
     Availability,
     DeviceDescription,
     JobLaunch,
-    Layout,
+    Placement,
     PrecisionChoice,
     PrecisionSupport,
 )
@@ -222,10 +222,10 @@ class BaseAdapter:
         return (f"context parallelism is not known to run on adapter {self.name!r}: torch's context_parallel "
                 "shards only CUDA's fused SDPA kernels (flash, memory-efficient, cuDNN)")
 
-    def layout(self, devices: int, pp: int = 1) -> Layout:
+    def placement(self, devices: int, pp: int = 1) -> Placement:
         """How a training point on ``devices`` devices, asking for ``pp`` pipeline stages, runs: processes,
         data-parallel replicas, steps per call (and the pipeline degree where the device sets it)."""
-        return Layout(processes=devices, replicas=devices)
+        return Placement(processes=devices, replicas=devices)
 
     def engine_layouts(self) -> bool:
         """Whether the engine's parallel layouts and their checks (``accel_kit.engine.layout``: DDP, FSDP2,
