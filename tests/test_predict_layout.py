@@ -10,10 +10,11 @@ import pytest
 from accel_kit.cli import main as cli_main
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
-from accel_kit.predict import comm, resolve_params, what_if
+from accel_kit.predict import WhatIfParams, comm, resolve_params, what_if
 from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import shape_of_record
 from accel_kit.predict.shape import TERMS, pipeline_bubble, shape_for
+from cli_checks import fail_one_line
 
 LINK = comm.Link(1.0, 100.0, "test link")  # 1 GB/s, 100 us per ring step
 DEBUG = dict(seq_len=64, precision="bf16")  # and micro-batch 4 (_mb4)
@@ -144,3 +145,32 @@ def test_what_if_takes_the_layout_and_refuses_one_that_does_not_divide(tmp_path,
         cli_main(["predict", "--system", "a100", "--profile", "full", "-p", "pp", "3"])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.count("\n") == 0 and "pp 3" in err
+
+
+@pytest.mark.parametrize("preset, devices, ep", [("qwen3-30b-a3b", 12, 6), ("mixtral-8x7b", 16, 16)])
+def test_predict_refuses_an_expert_split_as_run_does(preset, devices, ep, capsys, tmp_path):
+    # As a new user tries it: ep 6 divides dp 12 but not Qwen3's 128 experts; ep 16 not Mixtral's 8.
+    from accel_kit.models import family_of, get_config
+
+    experts = family_of(preset).shape(get_config(preset)).n_experts
+    err = fail_one_line(["predict", "--system", "h200", "--preset", preset, "-p", "devices", f"[{devices}]",
+                         "-p", "ep", str(ep), "--records", str(tmp_path)], capsys)
+    assert f"ep {ep} does not divide the {experts} experts of {preset}" in err
+
+
+def test_predict_and_run_refuse_a_layout_in_the_same_words(capsys, tmp_path, out_dir):
+    layout = ["-p", "preset", "moe-debug", "-p", "ep", "3"]
+    predicted = fail_one_line(["predict", "--system", "cpu", "-p", "devices", "[3]", *layout,
+                               "--records", str(tmp_path)], capsys)
+    ran = fail_one_line(["run", "scaling", "--system", "cpu", "-p", "device_counts", "[3]", *layout], capsys)
+    assert predicted == ran and "ep 3 does not divide the 8 experts of moe-debug" in ran
+
+
+def test_predict_help_lists_every_parameter(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["predict", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    listed = text.split("a what-if parameter: ", 1)[1].split("; VALUE is YAML", 1)[0].split(", ")
+    assert listed == WhatIfParams.parameter_names()
+    assert {"ep", "inference_batch_sizes", "inference_input_len", "inference_output_len"} <= set(listed)

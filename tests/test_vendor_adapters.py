@@ -74,11 +74,12 @@ def clock(monkeypatch):
 
 def _point(system: str, **fields) -> TrainPoint:
     sysd = load_system(system)
-    placement = get_adapter(sysd.adapter, sysd.options).placement(fields.get("devices", 1), fields.get("pp", 1))
+    adapter = get_adapter(sysd.adapter, sysd.options)
+    placement = adapter.placement(fields.get("devices", 1))
     values = dict(system=system, preset="gpt2-debug", vocab_size=VOCAB, precision=sysd.default_precision,
                   micro_batch_size=2, seq_len=SEQ, devices_per_node=sysd.devices_per_node, steps=1, warmup_steps=0,
                   processes=placement.processes, replicas=placement.replicas, steps_per_call=placement.steps_per_call,
-                  pp=placement.pp or fields.get("pp", 1))
+                  pp=adapter.pipeline_degree(fields.get("pp", 1)))
     return TrainPoint(**(values | fields))
 
 
@@ -169,8 +170,8 @@ def test_placements_map_devices_to_processes_replicas_and_steps():
     assert get_adapter("habana").placement(8) == get_adapter("cpu").placement(8)  # torch's data parallelism
     ipu = get_adapter("poptorch", {"ipus_per_replica": 4, "device_iterations": 8})
     # One process; the pipeline (pp) the system's 4 IPUs a replica, or the point's pp; replicas = devices / pp.
-    assert (ipu.placement(16).processes, ipu.placement(16).pp, ipu.placement(16).steps_per_call) == (1, 4, 8)
-    assert ipu.placement(16, pp=2).pp == 2 and ipu.placement(16).replicas == 16
+    assert (ipu.placement(16).processes, ipu.pipeline_degree(1), ipu.placement(16).steps_per_call) == (1, 4, 8)
+    assert ipu.pipeline_degree(2) == 2 and ipu.placement(16).replicas == 16
     rdu = get_adapter("sambaflow", {"tiles_per_instance": 4})
     assert (rdu.placement(2).processes, rdu.placement(2).replicas) == (4, 4)  # two instances per RDU
 

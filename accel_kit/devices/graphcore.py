@@ -122,11 +122,14 @@ class PopTorchAdapter(BaseAdapter):
 
     # --- the programming model
 
-    def placement(self, devices: int, pp: int = 1) -> Placement:
-        # The pipeline is the point's pp (IPUs a replica), or the system's ipus_per_replica where it asks none;
-        # the replicas are the devices over it (ParallelLayout.dp), as for torch's pipelines.
-        return Placement(processes=1, replicas=devices, steps_per_call=self.options.device_iterations,
-                      pp=pp if pp > 1 else self.options.ipus_per_replica)
+    def placement(self, devices: int) -> Placement:
+        # One process drives every replica; the replicas are the devices over the pipeline (ParallelLayout.dp), as
+        # for torch's pipelines.
+        return Placement(processes=1, replicas=devices, steps_per_call=self.options.device_iterations)
+
+    def pipeline_degree(self, pp: int) -> int:
+        # The point's pp (IPUs a replica), or the system's ipus_per_replica where it asks none.
+        return pp if pp > 1 else self.options.ipus_per_replica
 
     def engine_layouts(self) -> bool:
         return False  # PopTorch replicates and pipelines the compiled program itself

@@ -121,7 +121,7 @@ class SambaFlowAdapter(BaseAdapter):
     def instances_per_rdu(self) -> int:
         return TILES_PER_RDU // self.options.tiles_per_instance
 
-    def placement(self, devices: int, pp: int = 1) -> Placement:
+    def placement(self, devices: int) -> Placement:
         instances = devices * self.instances_per_rdu
         return Placement(processes=instances, replicas=instances)
 

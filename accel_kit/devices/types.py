@@ -70,9 +70,6 @@ class Placement:
     # replicas / (tp x pp x cp) (``ParallelLayout.dp``, over ``TrainPoint.data_ranks``)
     replicas: int
     steps_per_call: int = 1  # optimizer steps one ``trainer.step()`` runs
-    # The pipeline degree where the programming model sets it (an IPU replica's pipeline over its IPUs), which
-    # the point then records as its ``pp``; None: the point's own.
-    pp: int | None = None
 
 
 @dataclass(frozen=True)

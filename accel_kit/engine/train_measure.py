@@ -163,7 +163,7 @@ class TrainMeasurement(KindMeasurement):
         the ranks of one tensor- or context-parallel group and of one pipeline all read their replica's
         batches (``layout.data_rank``)."""
         p = self.point
-        return max(1, p.ranks // (p.tp * p.pp * p.cp))
+        return max(1, p.ranks // p.replica_devices)
 
     def _loader_batches(self) -> int:
         """Micro-batches one process's loader delivered in the timed window: its share of each call's samples."""

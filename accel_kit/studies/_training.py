@@ -117,7 +117,7 @@ def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, 
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
     adapter = system.device_adapter()
-    placement = adapter.placement(values["devices"], pp=values["pp"])
+    placement = adapter.placement(values["devices"])
     values |= {"system": system.id, "devices_per_node": params.devices_per_node or system.devices_per_node,
                "precision": choice.precision,
                "precision_reason": choice.reason,
@@ -125,7 +125,7 @@ def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, 
                "seq_len": values["seq_len"] or system.seq_len,
                "processes": placement.processes, "replicas": placement.replicas,
                "steps_per_call": placement.steps_per_call,
-               "pp": placement.pp or values["pp"]}  # (an IPU's pipeline is the device's: the point records it)
+               "pp": adapter.pipeline_degree(values["pp"])}  # (an IPU's pipeline is the device's: the point records it)
     point = TrainPoint(**values)
     if adapter.engine_layouts():
         check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
@@ -236,9 +236,8 @@ def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fi
     # An axis whose field the model fixes runs that one value.
     values = [[fixed[f]] if f in fixed else sorted(set(getattr(params, name))) for name, f in zip(names, fields)]
     combos = [dict(zip(fields, combo)) for combo in itertools.product(*values)]
-    if dividing:
-        degree = math.prod(getattr(params, f) for f in LAYOUT_FIELDS if f != "engine")
-        combos = [c for c in combos if c.get("devices", params.devices) % degree == 0]
+    if dividing:  # dp = devices / (tp x pp x cp) a whole number, which ep divides
+        combos = [c for c in combos if c.get("devices", params.devices) % (params.replica_devices * params.ep) == 0]
     return [make_point(params, system, choice, **combo) for combo in combos]
 
 

@@ -137,7 +137,7 @@ class CerebrasAdapter(BaseAdapter):
         return DeviceDescription(adapter=self.name, device_model=model, device_count=1, versions=versions,
                                  extra=extra)
 
-    def placement(self, devices: int, pp: int = 1) -> Placement:
+    def placement(self, devices: int) -> Placement:
         # One client process drives every CS-2 of a point (ClusterConfig.num_csx), one data-parallel
         # replica per CS-2: never a rank per device.
         return Placement(processes=1, replicas=devices)
