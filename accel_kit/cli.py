@@ -97,12 +97,13 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     path = Path(args.out or f"accel-kit-{args.study}-{args.system}-{args.nodes}n.{scheduler}.sh")
     log = job_log(scheduler, str(path))
     outputs = output_dir().resolve()
+    tasks_per_node = 1 if params.launcher == "torchrun" else adapter.placement(per_node).processes
     text = render_jobscript(scheduler, study=args.study, system=system.id, nodes=args.nodes,
                             devices_per_node=per_node, profile=args.profile, walltime=walltime,
                             path=str(path), overrides=overrides, launcher=params.launcher,
                             setup=launch.setup + tuple(args.setup or environment_setup()),
                             directives=launch.directives, template=launch.template,
-                            tasks_per_node=1 if params.launcher == "torchrun" else adapter.layout(per_node).processes,
+                            tasks_per_node=tasks_per_node,
                             layout=tuple(layout), probe_link=args.link_probe, gpus_per_node=system.gpus_per_node,
                             log=log, outputs=str(outputs))
     writable_file(path, "job script")
@@ -251,6 +252,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog.split()[0]}: error: {message} (usage: {self.prog} -h)\n")
 
 
+class _HelpWithParameters(argparse.Action):
+    """``predict -h``: the help, with every parameter ``-p`` takes (``WhatIfParams``'), read only when asked:
+    importing the predictor takes seconds, too long for every command's start."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+        self.param: argparse.Action | None = None  # the -p option, whose help this fills in
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from accel_kit.predict import WhatIfParams
+
+        self.param.help = (f"a what-if parameter: {', '.join(WhatIfParams.parameter_names())}; "
+                           "VALUE is YAML (-p devices '[8, 64]')")
+        parser.print_help()
+        parser.exit()
+
+
 def _add_link_parser(sub) -> None:
     link = sub.add_parser("link", help="measure the link between devices (an all-reduce probe) for the predictor")
     link.add_argument("--system", required=True, help="system id from params/systems")
@@ -321,14 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare_parser(sub)
 
-    pred = sub.add_parser("predict", help="predict throughput and memory past the devices at hand (what-if)")
+    pred = sub.add_parser("predict", help="predict throughput and memory past the devices at hand (what-if)",
+                          add_help=False)
+    helper = pred.add_argument("-h", "--help", action=_HelpWithParameters,
+                               help="show this help message, every parameter -p takes included, and exit")
     pred.add_argument("--system", required=True, help="system id from params/systems")
     pred.add_argument("--preset", default=None, help="model preset (default: the profile's)")
     pred.add_argument("--profile", default=None, help="params/what_if/<profile>.yaml (default: none)")
-    pred.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
-                      help="devices, seq_len, micro_batch_size, gas, precision, engine, tp, pp, cp, pp_microbatches, "
-                           "pp_schedule, activation_checkpointing; "
-                           "VALUE is YAML (-p devices '[8, 64]')")
+    helper.param = pred.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), type=str,
+                                     help="a what-if parameter (-h lists them); VALUE is YAML (-p devices '[8, 64]')")
     pred.add_argument("--records", nargs="+", default=None,
                       help="output folders, .jsonl files or archives of them to fit on (default: outputs/)")
     pred.add_argument("--probe-link", action="store_true", help="measure the link with an all-reduce probe first")

@@ -120,11 +120,11 @@ def test_the_cs2_sparse_execution_is_a_kind_the_device_declares():
 
 def test_one_client_drives_every_cs2_of_a_point():
     # Data parallel systems start a rank per device (a group of ranks); a Cerebras point is one process,
-    # with one data-parallel replica per CS-2 (the adapter's layout, which make_point puts in the point).
-    layout = get_adapter("cerebras", {"backend": "CSX"}).layout(2)
-    assert (layout.processes, layout.replicas) == (1, 2)
-    point = _point(system="cs2", devices=2, processes=layout.processes, replicas=layout.replicas)
-    assert (point.ranks, point.nodes, point.needs_group) == (1, 1, False) and point.data_parallel_size == 2
+    # with one data-parallel replica per CS-2 (the adapter's placement, which make_point puts in the point).
+    placement = get_adapter("cerebras", {"backend": "CSX"}).placement(2)
+    assert (placement.processes, placement.replicas) == (1, 2)
+    point = _point(system="cs2", devices=2, processes=placement.processes, replicas=placement.replicas)
+    assert (point.ranks, point.nodes, point.needs_group) == (1, 1, False) and point.dp == 2
     cpu = _point(system="cpu", devices=2, devices_per_node=8)
     assert (cpu.ranks, cpu.nodes, cpu.needs_group) == (2, 1, True)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accel_kit.engine.layout import check_layout, data_rank, mesh_text
+from accel_kit.engine.layout import check_layout, data_rank
 from accel_kit.engine.point import TrainPoint
 from accel_kit.errors import ParameterError
 from accel_kit.engine.worker import end_group
@@ -60,13 +60,13 @@ def test_a_transformers_model_is_refused_cp(tmp_path):
 def test_context_parallel_layout_places_the_data():
     point = _point(devices=4)
     check_layout(point)
-    assert point.data_parallel_size == 2 and point.global_batch_size == 2 * 2
-    assert mesh_text(point) == "pp 1 x dp 2 x cp 2 x tp 1"
+    assert point.dp == 2 and point.global_batch_size == 2 * 2
+    assert point.mesh_label() == "pp 1 x dp 2 x cp 2 x tp 1"
     # the ranks of one cp group (innermost but for tp) share a micro-batch, each taking its sequence shard
     assert [data_rank(point, rank) for rank in range(4)] == [0, 0, 1, 1]
     wide = _point(devices=8, tp=2, engine="fsdp")
     check_layout(wide)
-    assert mesh_text(wide) == "pp 1 x dp 2 x cp 2 x tp 2"
+    assert wide.mesh_label() == "pp 1 x dp 2 x cp 2 x tp 2"
     assert [data_rank(wide, rank) for rank in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
@@ -76,7 +76,7 @@ def test_the_sequence_length_study_takes_cp():
     from accel_kit.systems import load_system
 
     points = all_points(studies.resolve("seq_length", "smoke", cp=2, devices=2), load_system("cpu"))
-    assert {(p.cp, p.devices, p.data_parallel_size) for p in points} == {(2, 2, 1)}
+    assert {(p.cp, p.devices, p.dp) for p in points} == {(2, 2, 1)}
 
 
 def test_the_cli_refuses_a_sequence_cp_cannot_split(capsys, out_dir):

@@ -15,7 +15,8 @@ from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.worker import end_group
 from accel_kit.errors import ParameterError
-from accel_kit.models import Layout, estimate_training_memory, family_of, fits, get_config
+from accel_kit.mesh import ParallelLayout
+from accel_kit.models import estimate_training_memory, family_of, fits, get_config
 from accel_kit.models.init import initialised
 from accel_kit.models.moe.dispatch import LocalDispatch
 from accel_kit.models.moe.experts import Experts, grouped_mm_runs
@@ -107,14 +108,15 @@ def test_memory_estimate_shards_the_experts_over_ep():
     family, n = family_of(cfg), 30_532_122_624  # count_params("qwen3-30b-a3b"), which takes seconds
     experts = family.expert_weight_count(cfg)
     assert experts == 48 * 128 * 3 * 2048 * 768  # every layer's 128 experts of gate, up and down
-    whole, sharded = (estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=Layout(dp=8, ep=ep)) for ep in (1, 8))
+    whole, sharded = (estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=ParallelLayout(devices=8, ep=ep))
+                      for ep in (1, 8))
     # bf16 under ddp: 20 bytes a weight (weights 4 + 2, gradients 4 + 2, moments 8); 7/8 of the experts leave
     held = experts - experts // 8
     assert whole.weights_bytes - sharded.weights_bytes == 6 * held
     assert whole.grads_bytes - sharded.grads_bytes == 6 * held
     assert whole.optimizer_bytes - sharded.optimizer_bytes == 8 * held
     assert fits(sharded, 160 * 2**30) and not fits(whole, 160 * 2**30)  # 134 GiB a device against 606
-    fsdp = [estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=Layout(dp=8, ep=ep, engine="fsdp"))
+    fsdp = [estimate_training_memory(cfg, n, 1, 4096, "bf16", layout=ParallelLayout(devices=8, ep=ep, engine="fsdp"))
             for ep in (1, 8)]
     assert fsdp[0].optimizer_bytes == fsdp[1].optimizer_bytes  # every weight's shard is 1/dp either way
     assert fsdp[1].weights_bytes < fsdp[0].weights_bytes  # a gathered block holds its ep rank's experts only
@@ -204,7 +206,7 @@ def _train_as_one_process(tmp_path, monkeypatch, points, world, check_dispatch):
     single = _losses(run_point(_point(1, gas=world), 0, 1, 0))
     reference = torch.load(f"{out}.grads.single")
     for i, (point, *results) in enumerate(zip(points, *ranks)):
-        what = f"{point.engine} dp {point.data_parallel_size} ep {point.ep}"
+        what = f"{point.engine} dp {point.dp} ep {point.ep}"
         mean = [sum(step) / world for step in zip(*map(_losses, results))]
         # fp32, the same weights and data: the layouts differ in summation order only (the all-reduces', the
         # experts' rows regrouped), a few roundings per step over 6 AdamW steps; the issue's bar is 1e-4.
@@ -242,10 +244,16 @@ def test_expert_shards_replicated_over_dp_train_as_one_process(tmp_path, monkeyp
 
 # --- the predictor: the all-to-alls per MoE layer and the experts' shards
 
+def _mb4(**fields) -> ParallelLayout:
+    """A layout at micro-batch 4."""
+    return ParallelLayout(micro_batch_size=4, **fields)
+
+
 def _predict_record(shape, step_s, mem_gib):
-    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
-              "micro_batch_size": shape.micro_batch_size, "gas": shape.gas, "devices": shape.devices, "precision": shape.precision, "engine": shape.engine}
-    return {"record_id": f"{shape.seq_len}-{shape.micro_batch_size}", "system": "cpu", "study": "scaling",
+    lay = shape.layout
+    params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len, "micro_batch_size": lay.micro_batch_size,
+              "gas": lay.gas, "devices": lay.devices, "precision": shape.precision, "engine": lay.engine}
+    return {"record_id": f"{shape.seq_len}-{lay.micro_batch_size}", "system": "cpu", "study": "scaling",
             "status": "ok", "params": params, "env": {"device": {"threads": 2}},
             "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"}}
 
@@ -255,22 +263,22 @@ def test_predictor_adds_the_all_to_alls_and_shards_the_experts():
     from accel_kit.predict.predictor import Predictor
     from accel_kit.predict.shape import TERMS, shape_for
 
-    debug = dict(seq_len=64, micro_batch_size=4, precision="bf16")
-    ep = shape_for("moe-debug", devices=2, ep=2, gas=3, **debug)
+    debug = dict(seq_len=64, precision="bf16")  # and micro-batch 4 (_mb4)
+    ep = shape_for("moe-debug", _mb4(devices=2, ep=2, gas=3), **debug)
     count, size = ep.expert_parallel_messages()
     # dispatch and combine, forward and backward, per MoE layer (2 of moe-debug's 3) and micro-batch; each the
     # micro-batch's token copies (b s k) of width h in bf16
     assert (count, size) == (3 * 2 * 4, 4 * 64 * 2 * 64 * 2)
     one_exchange = 1 * 100e-6 + 1 / 2 * size / 1e9  # two ranks: one pairwise step, half the message leaves
     assert comm.expert_parallel_s(count, size, 2, 1e9, 100e-6) == pytest.approx(count * one_exchange)
-    assert shape_for("moe-debug", devices=2, **debug).expert_parallel_messages() == (0, 0.0)
+    assert shape_for("moe-debug", _mb4(devices=2), **debug).expert_parallel_messages() == (0, 0.0)
     rates = np.zeros(len(TERMS))
     rates[TERMS.index("matmul_flops")], rates[TERMS.index("layer_launches")] = 1 / 50e9, 2e-3
-    singles = [shape_for("moe-debug", seq_len=s, micro_batch_size=mb, precision="bf16")
+    singles = [shape_for("moe-debug", ParallelLayout(micro_batch_size=mb), seq_len=s, precision="bf16")
                for s, mb in ((32, 2), (64, 4), (128, 2), (64, 8))]
     predictor = Predictor("cpu", [_predict_record(s, float(s.work() @ rates), 0.3) for s in singles],
                           link=comm.Link(1.0, 100.0, "test link"))
-    with_ep, without = (predictor.predict(shape_for("moe-debug", devices=2, ep=e, **debug)) for e in (2, 1))
+    with_ep, without = (predictor.predict(shape_for("moe-debug", _mb4(devices=2, ep=e), **debug)) for e in (2, 1))
     assert with_ep.expert_parallel_s > 0 and without.expert_parallel_s == 0
     assert with_ep.exposed_comm_s >= with_ep.expert_parallel_s
     assert with_ep.shape.weights_per_device() < without.shape.weights_per_device()

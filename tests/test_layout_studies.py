@@ -57,7 +57,7 @@ def test_layouts_given_to_a_study_and_refused_in_one_line():
     smoke = dict(profile="smoke", preset="gpt2-debug", precision="fp32")
     [p] = all_points(studies.resolve("scaling", device_counts=[2], tp=2, **smoke), load_system("cpu"),
                      unresolved_precision)
-    assert (p.tp, p.data_parallel_size, p.engine) == (2, 1, "ddp")
+    assert (p.tp, p.dp, p.engine) == (2, 1, "ddp")
     # A device count the layout does not divide is one line (the study's own layout is not thinned out).
     with pytest.raises(ParameterError, match="1 devices do not split into tp 2 x pp 1"):
         all_points(studies.resolve("scaling", device_counts=[1, 2], tp=2, **smoke), load_system("cpu"))

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from accel_kit.models import Layout, count_params, estimate_training_memory, family_of, fits, get_config
+from accel_kit.mesh import ParallelLayout
+from accel_kit.models import count_params, estimate_training_memory, family_of, fits, get_config
 
 GiB = 2**30
 B, S = 8, 1024  # GPT-2 XL at the paper's sequence, micro-batch 8
@@ -20,7 +21,7 @@ def xl():
     return cfg, count_params(XL), family_of(cfg)
 
 
-def _est(xl, layout=Layout(), precision="bf16", **kw):
+def _est(xl, layout=ParallelLayout(), precision="bf16", **kw):
     cfg, n, _ = xl
     return estimate_training_memory(cfg, n, kw.pop("micro_batch", B), S, precision, layout=layout, **kw)
 
@@ -32,8 +33,8 @@ def test_dp_only_layouts_keep_the_replica_figures(xl):
     assert (one.weights_bytes, one.grads_bytes, one.optimizer_bytes) == (6 * n, 6 * n, 8 * n)
     assert one.activations_bytes == family.shape(cfg).n_layers * 34 * S * B * 1600
     assert one.logits_bytes == B * S * family.shape(cfg).vocab_size_model * 14
-    assert _est(xl, Layout(dp=8)) == one  # DDP: every replica whole
-    zero = _est(xl, Layout(dp=8, engine="deepspeed"))
+    assert _est(xl, ParallelLayout(devices=8)) == one  # DDP: every replica whole
+    zero = _est(xl, ParallelLayout(devices=8, engine="deepspeed"))
     assert zero.optimizer_bytes == 8 * n // 8 and zero.weights_bytes == one.weights_bytes
 
 
@@ -45,7 +46,7 @@ def test_gpt2_xl_on_40_gib_fits_only_sharded(xl):
     device = 40 * GiB
     assert not fits(one, device)
 
-    fsdp = _est(xl, Layout(dp=8, engine="fsdp"))
+    fsdp = _est(xl, ParallelLayout(devices=8, engine="fsdp"))
     # fp32 shards of weights, gradients and moments over 8, plus the bf16 root and two gathered blocks,
     # the root's bf16 gradient and one block's (bf16, then fp32 for the reduce-scatter)
     assert fsdp.weights_bytes == n * 4 // 8 + 2 * (rest + 2 * block)
@@ -54,7 +55,7 @@ def test_gpt2_xl_on_40_gib_fits_only_sharded(xl):
     assert (fsdp.activations_bytes, fsdp.logits_bytes) == (one.activations_bytes, one.logits_bytes)
     assert fits(fsdp, device)
 
-    tp = _est(xl, Layout(tp=4))
+    tp = _est(xl, ParallelLayout(devices=4, tp=4))
     local = layers * block // 4 + rest
     assert (tp.weights_bytes, tp.grads_bytes, tp.optimizer_bytes) == (6 * local, 6 * local, 8 * local)
     # Korthikanti et al. section 4.2: sbh (10 + 24 / t) per layer, the logits whole (the head is replicated)
@@ -76,10 +77,10 @@ def test_pipeline_keeps_its_stage_and_its_chunks_in_flight(xl):
     cfg, n, family = xl
     layers = family.shape(cfg).n_layers
     per_layer = family.activation_bytes_per_layer(cfg, B // 4, S, flash_attention=True)
-    gpipe = _est(xl, Layout(pp=4, microbatches=4))
+    gpipe = _est(xl, ParallelLayout(devices=4, pp=4, pp_microbatches=4))
     # GPipe: all 4 chunks of B/4 in flight on a stage of 48/4 blocks, the whole micro-batch's activations
     assert gpipe.activations_bytes == 4 * math.ceil(layers / 4) * per_layer
-    ofb = _est(xl, Layout(pp=4, microbatches=8, schedule="1f1b"))
+    ofb = _est(xl, ParallelLayout(devices=4, pp=4, pp_microbatches=8, pp_schedule="1f1b"))
     # 1F1B: the first stage (the worst) keeps pp = 4 chunks of B/8
     assert ofb.activations_bytes == 4 * math.ceil(layers / 4) * family.activation_bytes_per_layer(
         cfg, B // 8, S, flash_attention=True)
@@ -91,7 +92,7 @@ def test_pipeline_keeps_its_stage_and_its_chunks_in_flight(xl):
 
 
 def test_context_parallel_divides_the_activations_and_logits(xl):
-    one, cp = _est(xl), _est(xl, Layout(cp=2))
+    one, cp = _est(xl), _est(xl, ParallelLayout(devices=2, cp=2))
     assert cp.activations_bytes == one.activations_bytes // 2 and cp.logits_bytes == one.logits_bytes // 2
     assert cp.weights_bytes == one.weights_bytes
 
@@ -119,7 +120,7 @@ def test_the_fit_check_takes_the_points_layout():
     def check(**layout):
         point = TrainPoint(system="cpu", preset=XL, precision="bf16", micro_batch_size=B, seq_len=S,
                            **layout)
-        assert Layout.of(point).devices == point.devices
+        assert point.dp * point.replica_devices == point.devices  # the point is its own layout
         return TrainMeasurement(point, Context(Fixed(), torch.device("cpu"), world=point.devices)).fit()
 
     refused = check()

@@ -61,7 +61,7 @@ def test_bad_layouts_answer_in_one_line(fields, message):
 def test_good_layouts_pass_and_place_the_data():
     point = _point(devices=4, tp=2, engine="fsdp")
     check_layout(point)
-    assert point.data_parallel_size == 2 and point.global_batch_size == 4 * 2
+    assert point.dp == 2 and point.global_batch_size == 4 * 2
     # the two ranks of a tensor-parallel group train on one micro-batch; the groups on their own
     assert [data_rank(point, rank) for rank in range(4)] == [0, 0, 1, 1]
 

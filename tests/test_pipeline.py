@@ -77,7 +77,7 @@ def test_pipeline_layouts_pass():
     for fields in ({"devices": 2, "pp": 2}, {"devices": 4, "pp": 2, "pp_schedule": "1f1b", "pp_microbatches": 4},
                    {"preset": "llama3-debug", "devices": 2, "pp": 2, "gas": 2}):
         check_layout(_point(**fields))
-    assert _point(devices=4, pp=2).data_parallel_size == 2
+    assert _point(devices=4, pp=2).dp == 2
 
 
 _GRAD_NORMS: list[float] = []  # this process's, appended to by the trainers _record_grad_norms patches

@@ -12,6 +12,7 @@ from accel_kit.predict import comm, held_out, load_records, resolve_params, what
 from accel_kit.predict.heldout import error_summary
 from accel_kit.predict.nnls import nnls_relative
 from accel_kit.predict.predictor import Predictor
+from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.shape import TERMS, shape_for
 
 
@@ -67,7 +68,7 @@ def test_gradient_bytes_follow_the_precision_the_model_is_held_in():
     expected = {("fp32", "ddp"): 4, ("fp32", "deepspeed"): 4, ("fp16", "ddp"): 4, ("fp16", "deepspeed"): 2,
                 ("bf16", "ddp"): 2, ("bf16", "deepspeed"): 2}
     for (precision, engine), per in expected.items():
-        shape = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision=precision, engine=engine)
+        shape = shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2, devices=2, engine=engine), seq_len=64, precision=precision)
         assert shape.grad_bytes() == per * shape.n_params, (precision, engine)
 
 
@@ -76,7 +77,8 @@ def test_gradient_bytes_follow_the_precision_the_model_is_held_in():
 def _record(system, study, shape, step_s, mem_gib, threads=2):
     return {"record_id": uuid.uuid4().hex, "system": system, "study": study, "status": "ok",
             "params": {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
-                       "micro_batch_size": shape.micro_batch_size, "gas": shape.gas, "devices": shape.devices,
+                       "micro_batch_size": shape.layout.micro_batch_size, "gas": shape.layout.gas,
+                       "devices": shape.layout.devices,
                        "precision": shape.precision, "engine": "ddp", "point_key": uuid.uuid4().hex[:16]},
             "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"},
             "env": {"device": {"threads": threads}}}
@@ -91,7 +93,7 @@ def test_leave_one_out_is_exact_when_times_follow_the_model():
     rates[TERMS.index("optimizer_params")] = 1e-9
     records = []
     for seq, mb, gas in [(64, 2, 1), (128, 2, 1), (256, 2, 1), (128, 1, 2), (128, 4, 4), (64, 4, 2)]:
-        shape = shape_for("gpt2-debug", seq_len=seq, micro_batch_size=mb, gas=gas, precision="bf16")
+        shape = shape_for("gpt2-debug", ParallelLayout(micro_batch_size=mb, gas=gas), seq_len=seq, precision="bf16")
         # A runtime baseline of 0.4 GiB, an allocator holding 1.5x the live peak, and half a micro-batch's
         # working set more under GAS: the memory terms must recover all three.
         mem = float(shape.memory_work() @ np.array([0.4 * 2**30, 1.5, 0.5])) / 2**30
@@ -106,7 +108,7 @@ def test_leave_one_out_is_exact_when_times_follow_the_model():
 
 def test_a_point_run_several_times_is_judged_by_the_median_of_its_runs():
     # Three runs of one point (noisy: 0.9, 1.0 and 1.6 s) and two other points on the line t = 1e-3 s/token.
-    shapes = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (64, 128, 256)]
+    shapes = [shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2), seq_len=s, precision="bf16") for s in (64, 128, 256)]
     records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-3, 0.5) for s in shapes[1:]]
     key = uuid.uuid4().hex[:16]
     for factor in (0.9, 1.0, 1.6):
@@ -130,8 +132,8 @@ def test_a_model_with_records_of_its_own_is_fitted_on_them_alone():
     # gpt2-debug runs at 1e-3 s/token; another preset of the same system erratically (no rate fits it).
     # With three records of its own, a gpt2-debug point is predicted from those alone, not from a fit
     # across both models.
-    mine = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (64, 128, 256, 512)]
-    other = [shape_for("gpt2-small", seq_len=s, micro_batch_size=1, precision="bf16") for s in (64, 128, 256)]
+    mine = [shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2), seq_len=s, precision="bf16") for s in (64, 128, 256, 512)]
+    other = [shape_for("gpt2-small", ParallelLayout(micro_batch_size=1), seq_len=s, precision="bf16") for s in (64, 128, 256)]
     records = ([_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-3, 0.5) for s in mine]
                + [_record("cpu", "genslm", s, s.tokens_per_step_per_device * 3e-3 * f, 0.5)
                   for s, f in zip(other, (1.0, 1.6, 0.7))])
@@ -143,13 +145,13 @@ def test_a_model_with_records_of_its_own_is_fitted_on_them_alone():
 def test_exposed_communication_fitted_from_multi_device_records(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(tmp_path))
     link = comm.Link(1.0, 100.0, "test link")
-    one = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (32, 64, 128)]
+    one = [shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2), seq_len=s, precision="bf16") for s in (32, 64, 128)]
     records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-4, 0.5) for s in one]
-    two = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision="bf16")
+    two = shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2, devices=2), seq_len=64, precision="bf16")
     comm_s = comm.gradient_sync_s(two.grad_bytes(), 2, link.bandwidth_Bps, link.latency_s, zero1=False)
     records.append(_record("cpu", "scaling", two, two.tokens_per_step_per_device * 1e-4 + 0.5 * comm_s, 0.5))
     pred = Predictor("cpu", records, link=link).predict(
-        shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=4, precision="bf16"))
+        shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2, devices=4), seq_len=64, precision="bf16"))
     assert pred.basis == "records"
     assert pred.exposed_comm_s == pytest.approx(0.5 * pred.comm_s, rel=1e-3)
     assert pred.scaling_efficiency < 1
@@ -217,7 +219,7 @@ def test_what_if_on_real_records_lists_inputs_and_error(cpu_records):
 def test_the_step_shape_of_a_llama_preset_comes_from_its_family():
     from accel_kit.models import family_of, get_config
 
-    shape = shape_for("llama3-debug", seq_len=64, micro_batch_size=2, gas=2, precision="bf16")
+    shape = shape_for("llama3-debug", ParallelLayout(micro_batch_size=2, gas=2), seq_len=64, precision="bf16")
     cfg = get_config("llama3-debug", seq_len=64)
     terms = family_of(cfg).flop_terms(cfg, 64)
     assert shape.flops_per_step_per_device == 2 * 64 * 2 * terms.total()
@@ -233,9 +235,9 @@ def test_a_record_across_nodes_is_held_out_over_the_inter_node_link(tmp_path):
 
     from accel_kit.predict.links import link_cache_path
 
-    one = [shape_for("gpt2-debug", seq_len=s, micro_batch_size=2, precision="bf16") for s in (32, 64, 128)]
+    one = [shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2), seq_len=s, precision="bf16") for s in (32, 64, 128)]
     records = [_record("cpu", "seq_length", s, s.tokens_per_step_per_device * 1e-4, 0.5) for s in one]
-    two = shape_for("gpt2-debug", seq_len=64, micro_batch_size=2, devices=2, precision="bf16")
+    two = shape_for("gpt2-debug", ParallelLayout(micro_batch_size=2, devices=2), seq_len=64, precision="bf16")
     across = _record("cpu", "scaling", two, two.tokens_per_step_per_device * 1e-4 * 1.5, 0.5)
     across["params"]["devices_per_node"] = 1
     records.append(across)

@@ -74,11 +74,12 @@ def clock(monkeypatch):
 
 def _point(system: str, **fields) -> TrainPoint:
     sysd = load_system(system)
-    layout = get_adapter(sysd.adapter, sysd.options).layout(fields.get("devices", 1), fields.get("pp", 1))
+    adapter = get_adapter(sysd.adapter, sysd.options)
+    placement = adapter.placement(fields.get("devices", 1))
     values = dict(system=system, preset="gpt2-debug", vocab_size=VOCAB, precision=sysd.default_precision,
                   micro_batch_size=2, seq_len=SEQ, devices_per_node=sysd.devices_per_node, steps=1, warmup_steps=0,
-                  processes=layout.processes, replicas=layout.replicas, steps_per_call=layout.steps_per_call,
-                  pp=layout.pp or fields.get("pp", 1))
+                  processes=placement.processes, replicas=placement.replicas, steps_per_call=placement.steps_per_call,
+                  pp=adapter.pipeline_degree(fields.get("pp", 1)))
     return TrainPoint(**(values | fields))
 
 
@@ -165,14 +166,14 @@ def test_import_accel_kit_and_the_vendor_adapters_imports_no_vendor_sdk():
 
 # ------------------------------------------------------------------------------- layouts and points
 
-def test_layouts_map_devices_to_processes_replicas_and_steps():
-    assert get_adapter("habana").layout(8) == get_adapter("cpu").layout(8)  # torch's data parallelism
+def test_placements_map_devices_to_processes_replicas_and_steps():
+    assert get_adapter("habana").placement(8) == get_adapter("cpu").placement(8)  # torch's data parallelism
     ipu = get_adapter("poptorch", {"ipus_per_replica": 4, "device_iterations": 8})
     # One process; the pipeline (pp) the system's 4 IPUs a replica, or the point's pp; replicas = devices / pp.
-    assert (ipu.layout(16).processes, ipu.layout(16).pp, ipu.layout(16).steps_per_call) == (1, 4, 8)
-    assert ipu.layout(16, pp=2).pp == 2 and ipu.layout(16).replicas == 16
+    assert (ipu.placement(16).processes, ipu.pipeline_degree(1), ipu.placement(16).steps_per_call) == (1, 4, 8)
+    assert ipu.pipeline_degree(2) == 2 and ipu.placement(16).replicas == 16
     rdu = get_adapter("sambaflow", {"tiles_per_instance": 4})
-    assert (rdu.layout(2).processes, rdu.layout(2).replicas) == (4, 4)  # two instances per RDU
+    assert (rdu.placement(2).processes, rdu.placement(2).replicas) == (4, 4)  # two instances per RDU
 
 
 def test_points_carry_the_layout_and_its_global_batch():
@@ -182,7 +183,7 @@ def test_points_carry_the_layout_and_its_global_batch():
 
     params = resolve("scaling", "full", gas=128)
     p = make_point(params, load_system("bow-pod64"), PrecisionChoice("fp16", "fp16", "test"), devices=16)
-    assert (p.ranks, p.data_parallel_size, p.global_batch_size, p.needs_group) == (1, 4, 1 * 128 * 4, False)
+    assert (p.ranks, p.dp, p.global_batch_size, p.needs_group) == (1, 4, 1 * 128 * 4, False)
     p = make_point(params.model_copy(update={"gas": 1}), load_system("sn30"), PrecisionChoice("bf16", "bf16", "t"),
                    devices=2)
     assert (p.ranks, p.global_batch_size, p.nodes) == (4, 16 * 4, 1)
@@ -545,7 +546,7 @@ def test_worker_records_an_ipu_point_by_its_layout(standins):
 
     calls = standins(poptorch_factories)
     point = _point("bow-pod64", devices=8, gas=4, precision="fp16", micro_batch_size=1, steps=2, warmup_steps=1)
-    assert (point.ranks, point.data_parallel_size) == (1, 2)
+    assert (point.ranks, point.dp) == (1, 2)
     result = run_point(point, rank=0, world=1, local_rank=0)
     assert result["status"] == "ok", result.get("reason")
     m = result["metrics"]
@@ -616,16 +617,15 @@ def test_the_ipu_pipeline_is_the_points_pp():
     The engine's own layout checks do not apply (a PopTorch pipeline's micro-batches are its GAS)."""
     from accel_kit.devices import PrecisionChoice
     from accel_kit.engine import sweep
-    from accel_kit.engine.layout import mesh_text
     from accel_kit.studies import resolve
     from accel_kit.studies._training import make_point
 
     fp16 = PrecisionChoice("fp16", "fp16", "test")
     params = resolve("scaling", "full", gas=128)
     p = make_point(params, load_system("bow-pod64"), fp16, devices=16)
-    assert (p.pp, p.data_parallel_size, mesh_text(p)) == (4, 4, "pp 4 x dp 4 x cp 1 x tp 1")
+    assert (p.pp, p.dp, p.mesh_label()) == (4, 4, "pp 4 x dp 4 x cp 1 x tp 1")
     p = make_point(params.model_copy(update={"pp": 2}), load_system("bow-pod64"), fp16, devices=16)
-    assert (p.pp, p.data_parallel_size, p.global_batch_size) == (2, 8, 128 * 8)
+    assert (p.pp, p.dp, p.global_batch_size) == (2, 8, 128 * 8)
     ipu = sweep._adapter_of("bow-pod64")
     assert ipu.launch_prefix(p, "local")[2:4] == ["--num-replicas=8", "--ipus-per-replica=2"]
     assert ipu.unsupported_train(p) is None and ipu.pipeline_stages(48, p.pp) == 3

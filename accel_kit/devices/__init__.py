@@ -12,7 +12,7 @@ from accel_kit.devices.types import (
     Availability,
     DeviceDescription,
     JobLaunch,
-    Layout,
+    Placement,
     PrecisionChoice,
     PrecisionSupport,
 )
@@ -57,7 +57,7 @@ def require_adapter(name: str, *, system: str | None = None, options: dict | Non
 
 __all__ = [
     "ADAPTERS", "DTYPES", "PRECISIONS", "Availability", "BaseAdapter", "DeviceAdapter", "DeviceDescription",
-    "EnergyMeter", "EnergySource", "EnergyWindow", "JobLaunch", "Layout", "PrecisionChoice", "PrecisionSupport",
+    "EnergyMeter", "EnergySource", "EnergyWindow", "JobLaunch", "Placement", "PrecisionChoice", "PrecisionSupport",
     "ProgrammingModel", "UnavailableMeter",
     "dtype_of", "get_adapter", "require_adapter",
 ]

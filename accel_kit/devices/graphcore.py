@@ -13,7 +13,7 @@ host tensors. Here, following Graphcore's GPT-2 example (graphcore/examples,
   ``-p pp N`` asks for N IPUs a replica, and a point that leaves pp at 1 takes the system's
   ``ipus_per_replica`` (the paper's 4), which its record then says (``pp 4 x dp N/4 x tp 1``);
 - the global batch is micro-batch x replicas x gradient accumulation, and one host call
-  trains that times ``device_iterations`` (the layout's ``steps_per_call``);
+  trains that times ``device_iterations`` (the placement's ``steps_per_call``);
 - fp16 weights (``model.half()``) with fp16 partials, stochastic rounding and a static loss
   scale in PopTorch's AdamW (fp16 accumulators, fp32 second moment, no bias correction),
   optimizer state off chip;
@@ -43,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
-from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport,
-                                    ProgrammingModel)
+from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement,
+                                    PrecisionSupport, ProgrammingModel)
 
 SOURCE = "Graphcore's Poplar SDK (the poptorch wheel in the SDK download)"
 COMPILED_ATTENTION = {
@@ -122,11 +122,14 @@ class PopTorchAdapter(BaseAdapter):
 
     # --- the programming model
 
-    def layout(self, devices: int, pp: int = 1) -> Layout:
-        # The pipeline is the point's pp (IPUs a replica), or the system's ipus_per_replica where it asks none;
-        # the replicas are the devices over it (TrainPoint.data_parallel_size), as for torch's pipelines.
-        return Layout(processes=1, replicas=devices, steps_per_call=self.options.device_iterations,
-                      pp=pp if pp > 1 else self.options.ipus_per_replica)
+    def placement(self, devices: int) -> Placement:
+        # One process drives every replica; the replicas are the devices over the pipeline (ParallelLayout.dp), as
+        # for torch's pipelines.
+        return Placement(processes=1, replicas=devices, steps_per_call=self.options.device_iterations)
+
+    def pipeline_degree(self, pp: int) -> int:
+        # The point's pp (IPUs a replica), or the system's ipus_per_replica where it asks none.
+        return pp if pp > 1 else self.options.ipus_per_replica
 
     def engine_layouts(self) -> bool:
         return False  # PopTorch replicates and pipelines the compiled program itself
@@ -207,7 +210,7 @@ class PopTorchAdapter(BaseAdapter):
         if not self.options.poprun or launcher != "local" or getattr(point, "devices", None) is None \
                 or self.unsupported_train(point):
             return []
-        words = ["poprun", "--num-instances=1", f"--num-replicas={point.data_parallel_size}",
+        words = ["poprun", "--num-instances=1", f"--num-replicas={point.dp}",
                  f"--ipus-per-replica={point.pp}"]
         if self.options.vipu_partition:
             words.append(f"--vipu-partition={self.options.vipu_partition}")
@@ -263,8 +266,8 @@ class PopTorchModel(ProgrammingModel):
         import poptorch
 
         # The data-parallel replicas and steps per call the point was made with (its pp IPUs each).
-        layout = Layout(processes=1, replicas=point.data_parallel_size, steps_per_call=point.steps_per_call)
-        return PopTorchTrainer(poptorch, point, model, iter(batches), self.adapter.options, layout, self.eager)
+        placement = Placement(processes=1, replicas=point.dp, steps_per_call=point.steps_per_call)
+        return PopTorchTrainer(poptorch, point, model, iter(batches), self.adapter.options, placement, self.eager)
 
 
 def _under_poprun() -> bool:
@@ -299,15 +302,15 @@ class PopTorchTrainer:
         model: the prepared model (``LossOnly``, stages placed).
         batches: yields ``(x, y)`` micro-batches; a call takes micro-batch x gas x replicas x device iterations.
         options: the system's PopTorch options.
-        layout: replicas and steps per call.
+        placement: replicas and steps per call.
         eager: the engine's eager programming model, for its schedule, AdamW groups and loss check.
     """
 
-    def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, layout: Layout,
+    def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, placement: Placement,
                  eager: Any):
         self.poptorch, self.batches, self.eager = poptorch, batches, eager
-        self.gas, self.replicas, self.iterations = point.gas, layout.replicas, layout.steps_per_call
-        self.micro_batches_per_call = point.gas * layout.replicas * layout.steps_per_call
+        self.gas, self.replicas, self.iterations = point.gas, placement.replicas, placement.steps_per_call
+        self.micro_batches_per_call = point.gas * placement.replicas * placement.steps_per_call
         self.samples_per_call = point.micro_batch_size * self.micro_batches_per_call
         self.optim_cfg = eager.optim_for_point(point)
         self.step_count = 0
@@ -320,14 +323,14 @@ class PopTorchTrainer:
             bias_correction=False, loss_scaling=options.loss_scaling if half else 1.0,
             accum_type=accum, first_order_momentum_accum_type=accum, second_order_momentum_accum_type=torch.float32,
             max_grad_norm=self.optim_cfg.grad_clip or None)
-        opts = self._options(point, options, layout, half)
+        opts = self._options(point, options, placement, half)
         self.model = poptorch.trainingModel(model, options=opts, optimizer=self.optimizer)
         # Compile before timing (the program for this shape; cached with executable_cache_dir), on the
         # first call's own batch, which that call then uses.
         self._next = self._batch()
         self.model.compile(*self._next)
 
-    def _options(self, point, options: PopTorchOptions, layout: Layout, half: bool):
+    def _options(self, point, options: PopTorchOptions, placement: Placement, half: bool):
         poptorch = self.poptorch
         if _under_poprun():  # the replicas are poprun's (--num-replicas), as in Graphcore's examples
             import popdist.poptorch
@@ -335,8 +338,8 @@ class PopTorchTrainer:
             opts = popdist.poptorch.Options(ipus_per_replica=point.pp)
         else:
             opts = poptorch.Options()
-            opts.replicationFactor(layout.replicas)
-        opts.deviceIterations(layout.steps_per_call)
+            opts.replicationFactor(placement.replicas)
+        opts.deviceIterations(placement.steps_per_call)
         opts.Training.gradientAccumulation(point.gas)
         opts.Training.accumulationAndReplicationReductionType(poptorch.ReductionType.Mean)
         opts.outputMode(poptorch.OutputMode.Sum)

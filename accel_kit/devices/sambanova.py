@@ -15,7 +15,7 @@ SambaFlow trains in two phases, as SambaNova's own scripts do (its tutorials' ``
 
 One instance uses ``tiles_per_instance`` of an RDU's 8 tiles (GPT-2 1.5B fits in 4, the
 paper's setting), so an RDU holds 8 / tiles instances; each instance is one worker process
-and one data-parallel replica (the layout), and with several instances the gradients are
+and one data-parallel replica (its ``placement``), and with several instances the gradients are
 reduced on the RDUs (``data_parallel=True, reduce_on_rdu=True``, compiled with
 ``--data-parallel -ws 2`` as in ALCF's scripts). A ``session.run`` returns host tensors:
 timing is the host clock around it. SambaFlow documents no memory or device-count query.
@@ -47,8 +47,8 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
-from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport,
-                                    ProgrammingModel)
+from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement,
+                                    PrecisionSupport, ProgrammingModel)
 
 SOURCE = "SambaNova's SambaFlow (installed with the SambaNova software stack, under /opt/sambaflow)"
 TILES_PER_RDU = 8  # docs/study.md, Table I
@@ -121,9 +121,9 @@ class SambaFlowAdapter(BaseAdapter):
     def instances_per_rdu(self) -> int:
         return TILES_PER_RDU // self.options.tiles_per_instance
 
-    def layout(self, devices: int, pp: int = 1) -> Layout:
+    def placement(self, devices: int) -> Placement:
         instances = devices * self.instances_per_rdu
-        return Layout(processes=instances, replicas=instances)
+        return Placement(processes=instances, replicas=instances)
 
     def attention_kernel(self, point: Any) -> dict[str, Any] | None:
         return dict(COMPILED_ATTENTION)

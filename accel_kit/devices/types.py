@@ -1,4 +1,4 @@
-"""What an adapter answers, as plain values: availability, precisions, layout, launch, description.
+"""What an adapter answers, as plain values: availability, precisions, placement, launch, description.
 
 These are data, not behaviour: records, the sweep runner and the job-script writer read them
 without importing an adapter (``accel_kit.devices.base`` holds the adapter itself).
@@ -55,8 +55,9 @@ class PrecisionChoice:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """How a training point's devices map onto worker processes, data-parallel replicas and optimizer steps.
+class Placement:
+    """Where a training point's ranks run: on how many worker processes, as how many data-parallel replicas, and
+    how many optimizer steps per call (the point's parallel layout itself is ``accel_kit.mesh.ParallelLayout``).
 
     torch's data parallelism (the default) is one process and one replica per device and one
     optimizer step per trainer call. A vendor runtime may hold every replica in one process (a
@@ -65,13 +66,10 @@ class Layout:
     """
 
     processes: int  # worker processes the point runs as
-    # data-parallel replicas before the point's tp x pp split them: the global batch is micro-batch x gas x
-    # replicas / (tp x pp) (``TrainPoint.data_parallel_size``)
+    # data-parallel replicas before the point's tp x pp x cp split them: the global batch is micro-batch x gas x
+    # replicas / (tp x pp x cp) (``ParallelLayout.dp``, over ``TrainPoint.data_ranks``)
     replicas: int
     steps_per_call: int = 1  # optimizer steps one ``trainer.step()`` runs
-    # The pipeline degree where the programming model sets it (an IPU replica's pipeline over its IPUs), which
-    # the point then records as its ``pp``; None: the point's own.
-    pp: int | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ The devices split as ``pp`` pipeline stages x ``dp`` data-parallel replicas x ``
 ranks x ``tp`` tensor-parallel ranks, dp = devices / (tp x pp x cp); a MoE model's routed experts may
 be sharded over ``ep`` of the dp ranks (ep divides dp; ``accel_kit.models.moe.parallel``). What the model allows is the
 family's to say (its shape's heads and key/value heads, its blocks, whether it has a tensor-parallel
-plan, whether its positions can be sharded); what the engine here has built is this module's. Every
+plan, whether its positions can be sharded), checked here; the arithmetic, and what the engine here has built
+whatever the model, is the layout's own (``accel_kit.mesh.ParallelLayout.validate_layout``). Every
 refusal is one ``ParameterError`` line (the CLI's exit status 2); what depends on the device (whether
 its attention kernels take context parallelism) is the adapter's answer, an ``unsupported`` record.
 """
@@ -13,25 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from accel_kit.engine.point import TrainSpec
 from accel_kit.errors import ParameterError
-from accel_kit.mesh import MESH_DIMS, mesh_label
 
 
-def mesh_sizes(point: Any) -> tuple[int, ...]:
-    """The mesh's size along each of ``MESH_DIMS``."""
-    return point.pp, point.data_parallel_size, point.cp, point.tp
-
-
-def mesh_text(point: Any) -> str:
-    """The layout as a record shows it: ``pp 1 x dp 2 x cp 1 x tp 1``."""
-    return mesh_label(ep=point.ep, **dict(zip(MESH_DIMS, mesh_sizes(point))))
-
-
-def data_rank(point: Any, rank: int) -> int:
+def data_rank(point: TrainSpec, rank: int) -> int:
     """Which share of the data ``rank`` trains on: its place along ``dp``. The ranks of one tensor-parallel
     group, of one context-parallel group (each then takes its shard of the sequence) and of one pipeline
     compute on the same micro-batch."""
-    return (rank // (point.tp * point.cp)) % point.data_parallel_size
+    return (rank // (point.tp * point.cp)) % point.dp
 
 
 def stage_blocks(n_blocks: int, pp: int) -> list[range]:
@@ -44,31 +35,29 @@ def stage_blocks(n_blocks: int, pp: int) -> list[range]:
     return [range(start, start + size) for start, size in zip(starts, sizes)]
 
 
-def check_layout(point: Any) -> None:
-    """Refuse a layout that does not divide, that the model's shape does not allow, or that is not built.
+def check_layout(point: TrainSpec) -> None:
+    """Refuse a layout that does not divide, that the model's shape does not allow, or that is not built:
+    ``accel-kit run``'s check of every training point, and ``accel-kit predict``'s of what it predicts.
 
     Raises:
         ParameterError: the first problem, in one line.
     """
-    tp, pp, cp, devices = point.tp, point.pp, point.cp, point.replicas or point.devices
-    if devices % (tp * pp * cp):
-        raise ParameterError(f"{devices} devices do not split into tp {tp} x pp {pp} x cp {cp} "
-                             f"(dp = devices / (tp x pp x cp) must be a whole number)")
-    if cp > 1:
+    point.validate_layout()  # the layout's own arithmetic and what the engine builds, whatever the model
+    if point.cp > 1:
         check_context_parallel(point)
     if point.ep > 1:
         check_expert_parallel(point)
-    if tp * pp == 1:
-        _check_engine(point)
-        return
-    if point.engine == "deepspeed":
-        raise ParameterError(f"engine deepspeed runs data parallelism only here (tp {tp}, pp {pp}); "
-                             "use engine ddp or fsdp")
-    _check_shape(point)
-    _check_engine(point)
+    if point.tp * point.pp > 1:
+        _check_shape(point)
+    sharded = point.engine == "fsdp" or point.tp * point.pp * point.ep > 1
+    if sharded and point.precision == "fp16":
+        raise ParameterError("fp16 under fsdp, tp, pp or ep needs a sharded gradient scaler, not built here; "
+                             "use bf16 or fp32")
+    if sharded and (point.sparsity > 0 or point.torch_compile):
+        raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp, pp or ep here")
 
 
-def _check_shape(point: Any) -> None:
+def _check_shape(point: TrainSpec) -> None:
     from accel_kit.models import family_of, get_config
 
     cfg = get_config(point.preset, **({"vocab_size": point.vocab_size} if point.vocab_size else {}))
@@ -86,33 +75,9 @@ def _check_shape(point: Any) -> None:
             raise ParameterError(f"the {family.name} family's models do not split into pipeline stages here; use pp 1")
         if pp > shape.n_layers:
             raise ParameterError(f"pp {pp} is more stages than the {shape.n_layers} blocks of {point.preset}")
-        if point.micro_batch_size % point.microbatches:
-            raise ParameterError(f"micro_batch_size {point.micro_batch_size} does not split into "
-                                 f"pp_microbatches {point.microbatches}")
 
 
-def _check_engine(point: Any) -> None:
-    # Pipeline stages train under engine ddp: their gradients averaged over dp after each step
-    # (accel_kit.engine.pipeline). FSDP2 inside a stage and a tensor-parallel stage are not built.
-    if point.pp > 1 and point.engine == "fsdp":
-        raise ParameterError("engine fsdp with pp above 1 is not built here; use engine ddp with pp")
-    if point.pp > 1 and point.tp > 1:
-        raise ParameterError("tp and pp together are not built here; use one of them")
-    if point.pp_microbatches is not None and point.pp == 1:
-        raise ParameterError("pp_microbatches needs pp above 1")
-    if point.pp > 1 and point.pp_schedule == "1f1b" and point.microbatches < point.pp:
-        # torch's Schedule1F1B: its warm-up runs one forward per later stage before the first backward
-        raise ParameterError(f"pp_schedule 1f1b needs pp_microbatches of at least pp {point.pp}, "
-                             f"got {point.microbatches}")
-    sharded = point.engine == "fsdp" or point.tp * point.pp * point.ep > 1
-    if sharded and point.precision == "fp16":
-        raise ParameterError("fp16 under fsdp, tp, pp or ep needs a sharded gradient scaler, not built here; "
-                             "use bf16 or fp32")
-    if sharded and (point.sparsity > 0 or point.torch_compile):
-        raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp, pp or ep here")
-
-
-def check_context_parallel(point: Any) -> None:
+def check_context_parallel(point: TrainSpec) -> None:
     """Refuse a context-parallel layout (cp above 1) that torch's ``context_parallel`` or the engine here
     cannot take; whether the device can is ``unsupported_on_device``'s.
 
@@ -127,10 +92,6 @@ def check_context_parallel(point: Any) -> None:
         # 2cp - 1 - r, so every rank holds as much of the causal mask as the others.
         raise ParameterError(f"seq_len {point.seq_len} does not split into 2 x cp = {2 * cp} equal chunks "
                              "(torch's load-balanced context-parallel sharding)")
-    if point.engine == "deepspeed":
-        raise ParameterError(f"engine deepspeed runs data parallelism only here (cp {cp}); use engine ddp or fsdp")
-    if point.pp > 1:
-        raise ParameterError("cp and pp together are not built here; use one of them")
     if point.attention_kernel == "math":
         raise ParameterError("cp needs a fused attention kernel: torch's context_parallel shards the flash, "
                              "memory-efficient and cuDNN SDPA kernels only; use attention_kernel auto, flash "
@@ -143,7 +104,7 @@ def check_context_parallel(point: Any) -> None:
                              "context parallelism can shard; use cp 1")
 
 
-def check_expert_parallel(point: Any) -> None:
+def check_expert_parallel(point: TrainSpec) -> None:
     """Refuse an expert-parallel layout (ep above 1) that the model or the engine here cannot take.
 
     Raises:
@@ -151,7 +112,7 @@ def check_expert_parallel(point: Any) -> None:
     """
     from accel_kit.models import family_of, get_config
 
-    ep, dp = point.ep, point.data_parallel_size
+    ep = point.ep
     cfg = get_config(point.preset, **({"vocab_size": point.vocab_size} if point.vocab_size else {}))
     family, shape = family_of(cfg), family_of(cfg).shape(cfg)
     if not shape.n_experts:
@@ -164,14 +125,6 @@ def check_expert_parallel(point: Any) -> None:
                              f"of {point.preset}")
     if shape.n_experts % ep:
         raise ParameterError(f"ep {ep} does not divide the {shape.n_experts} experts of {point.preset}")
-    if dp % ep:
-        raise ParameterError(f"ep {ep} does not divide dp {dp}: the expert-parallel ranks are carved out of the "
-                             "data-parallel ones (dp = devices / (tp x pp x cp))")
-    if point.engine == "deepspeed":
-        raise ParameterError(f"engine deepspeed runs data parallelism only here (ep {ep}); use engine ddp or fsdp")
-    for other, degree in (("pp", point.pp), ("cp", point.cp)):
-        if degree > 1:
-            raise ParameterError(f"ep and {other} together are not built here; use one of them")
 
 
 def unsupported_on_device(point: Any, adapter: Any) -> str | None:

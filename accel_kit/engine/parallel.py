@@ -48,7 +48,6 @@ from accel_kit.engine.step import Trainer, param_groups
 from accel_kit.precision import PrecisionSpec, spec
 from accel_kit.timing import Stopwatch, Timing
 
-from accel_kit.engine.layout import mesh_sizes
 from accel_kit.mesh import MESH_DIMS
 
 
@@ -63,8 +62,8 @@ def device_mesh(point: Any, device: torch.device) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
 
     if point.ep == 1:
-        return init_device_mesh(device.type, mesh_sizes(point), mesh_dim_names=MESH_DIMS)
-    pp, dp, cp, tp = mesh_sizes(point)
+        return init_device_mesh(device.type, point.mesh_shape, mesh_dim_names=MESH_DIMS)
+    pp, dp, cp, tp = point.mesh_shape
     return init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
 
 
@@ -325,9 +324,9 @@ def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.d
     if is_deferred(model):  # built on meta (``EagerModel.build_model``): each rank allocates and draws its shards
         materialize_deferred(model, device)
     dp_group = expert_group = None
-    if point.engine == "ddp" and point.data_parallel_size * point.cp > 1:
+    if point.engine == "ddp" and point.dp * point.cp > 1:
         dp_group = gradient_mesh(point, mesh).get_group()
-        if experts is not None and point.data_parallel_size > point.ep:
+        if experts is not None and point.dp > point.ep:
             expert_group = mesh["dp_mod_ep"].get_group()
     cp = context_parallel_kwargs(point, model, family, mesh)
     return ParallelTrainer(model, _owned(batches) if cp else iter(batches), device, point.precision, point.gas,

@@ -161,7 +161,7 @@ def pipeline_trainer(point: Any, model: nn.Module, batches: Any, device: torch.d
     if stage_index not in (0, pp - 1):
         tied = []  # a middle stage holds no copy (and keeps no reference to the embedding's)
     pp_group = mesh["pp"].get_group()
-    dp_group = mesh["dp"].get_group() if point.data_parallel_size > 1 else None
+    dp_group = mesh["dp"].get_group() if point.dp > 1 else None
     stage = pipelining.PipelineStage(stage_module, stage_index, pp, device, group=pp_group)
     loss_fn = functools.partial(scaled_loss, scale=1 / (point.microbatches * point.gas))
     schedule = getattr(pipelining, SCHEDULES[point.pp_schedule])(stage, point.microbatches, loss_fn=loss_fn,

@@ -4,7 +4,8 @@ A point is what one measurement *is*; how it is measured lives elsewhere (each k
 its point type with its measurement in ``accel_kit.engine.kinds``), so this module imports no
 measurement code and names no upper layer.
 
-Training: every field that determines one is declared once, in ``TrainSpec``. A study's
+Training: every field that determines one is declared once, in ``TrainSpec`` (its parallel layout and
+batch in the ``accel_kit.mesh.ParallelLayout`` it inherits, with the sizes derived from them). A study's
 parameters inherit ``TrainSpec`` (with None meaning "the system's default" for the few fields
 a system sets); ``TrainPoint`` is the same spec fully resolved for one point, plus what the run
 resolved for it (the system, where its data was prepared, the measured peak). The worker, the
@@ -20,35 +21,19 @@ from typing import Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from accel_kit.engine.attention import AttentionKernel
+from accel_kit.mesh import ParallelLayout
 from accel_kit.precision import Precision, PrecisionRequest
 
 
-class TrainSpec(BaseModel):
-    """What one training measurement is: model, precision, batch, schedule, data, sparsity."""
-
-    model_config = ConfigDict(extra="forbid")
+class TrainSpec(ParallelLayout):
+    """What one training measurement is: model, precision, its layout and batch (``ParallelLayout``, whose
+    ``micro_batch_size`` None is the system's: the paper's per-device batch), schedule, data, sparsity."""
 
     preset: str = "gpt2-xl"
     vocab_size: PositiveInt | None = None  # None: the preset's
     pad_vocab_multiple: PositiveInt = 1
     precision: PrecisionRequest | None = None  # None: the system's default; auto: the device's fastest native
-    micro_batch_size: PositiveInt | None = None  # None: the system's (the paper's per-device batch)
-    gas: PositiveInt = 1
     seq_len: PositiveInt | None = None  # None: the system's
-    devices: PositiveInt = 1  # ranks in all (one per device): data x tensor x pipeline x context parallel
-    # ddp: torch's DDP (or, with tp or pp above 1, the gradients all-reduced over the data-parallel group);
-    # fsdp: FSDP2's fully_shard per block then the root; deepspeed: DeepSpeed ZeRO-1 (accel_kit.engine.parallel).
-    engine: Literal["ddp", "fsdp", "deepspeed"] = "ddp"
-    tp: PositiveInt = 1  # tensor-parallel degree: each block's heads and MLP width split over tp ranks
-    pp: PositiveInt = 1  # pipeline-parallel degree: the blocks split into pp stages, one per rank
-    pp_microbatches: PositiveInt | None = None  # chunks each micro-batch splits into in the pipeline; None: pp
-    pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
-    # context-parallel degree: each micro-batch's sequence split over cp ranks (torch's context_parallel,
-    # ring attention), which train on it together; where the device's SDPA kernels allow it (the adapter says)
-    cp: PositiveInt = 1
-    # expert-parallel degree: each MoE layer's routed experts sharded over ep ranks, their tokens exchanged by
-    # all-to-all; carved out of the data-parallel ranks (ep divides dp), as torchtitan carves it out of dp_shard
-    ep: PositiveInt = 1
     steps: PositiveInt = 5  # timed optimizer steps
     warmup_steps: int = Field(default=2, ge=0)  # optimizer steps run first, timed apart
     data: str = "synthetic"  # synthetic | text (the embedded corpus) | a prepared data folder
@@ -78,16 +63,10 @@ class TrainSpec(BaseModel):
         return self
 
 
-def pipeline_chunks(pp: int, pp_microbatches: int | None) -> int:
-    """Chunks each micro-batch splits into in a pipeline of ``pp`` stages: ``pp_microbatches``, by default
-    pp; 1 without a pipeline."""
-    return (pp_microbatches or pp) if pp > 1 else 1
-
-
 # Fields added after records existed, left out of the key at these defaults so that every earlier
 # record's key is what it was (a point at the defaults is the point those records measured).
-KEY_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "pp_microbatches": None, "pp_schedule": "gpipe", "cp": 1,
-                               "ep": 1}
+KEY_DEFAULTS: dict[str, Any] = {f: ParallelLayout.model_fields[f].default
+                               for f in ("tp", "pp", "pp_microbatches", "pp_schedule", "cp", "ep")}
 
 
 def key_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +162,7 @@ class TrainPoint(Point, TrainSpec):
     micro_batch_size: PositiveInt
     seq_len: PositiveInt
     data_path: str | None = None  # where ``data`` was prepared (None: synthetic)
-    # How the devices run (the adapter's ``layout``): worker processes and data-parallel replicas
+    # How the devices run (the adapter's ``placement``): worker processes and data-parallel replicas
     # (None: one of each per device), and optimizer steps per trainer call.
     processes: PositiveInt | None = None
     replicas: PositiveInt | None = None
@@ -206,20 +185,9 @@ class TrainPoint(Point, TrainSpec):
         return self.ranks > 1 or self.engine in ("deepspeed", "fsdp")
 
     @property
-    def data_parallel_size(self) -> int:
-        """Replicas of the model: the devices (or the adapter's replicas) over the tensor x pipeline x context
-        layout (the ranks of one context-parallel group train on one micro-batch, each on its sequence shard)."""
-        return (self.replicas or self.devices) // (self.tp * self.pp * self.cp)
-
-    @property
-    def microbatches(self) -> int:
-        """Chunks of a micro-batch in flight in the pipeline (1: no pipeline)."""
-        return pipeline_chunks(self.pp, self.pp_microbatches)
-
-    @property
-    def global_batch_size(self) -> int:
-        """Samples per optimizer step, over all replicas."""
-        return self.micro_batch_size * self.gas * self.data_parallel_size
+    def data_ranks(self) -> int:
+        """The adapter's replicas where it runs other than one per device (several on one device), else the devices."""
+        return self.replicas or self.devices
 
     def label(self) -> str:
         # The progress bar shows it: words a reader knows, not the fields' abbreviations.

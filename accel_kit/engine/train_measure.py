@@ -15,12 +15,11 @@ from accel_kit.engine.attention import AttentionKernelUnavailable, attention_con
 from accel_kit.engine.eager import point_batches, programming_model
 from accel_kit.engine import measurement
 from accel_kit.engine.kinds import register_kind
-from accel_kit.engine.layout import data_rank, mesh_text, unsupported_on_device
+from accel_kit.engine.layout import data_rank, unsupported_on_device
 from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.result import Result
-from accel_kit.models import (Layout, count_params, estimate_training_memory, family_of, fits,
-                              get_config)
+from accel_kit.models import count_params, estimate_training_memory, family_of, fits, get_config
 from accel_kit.precision import dtype_of, spec
 from accel_kit.timing import Timing
 
@@ -69,7 +68,7 @@ class TrainMeasurement(KindMeasurement):
         self.base = self.shape.record() | {"n_params": self.n_params, "n_params_active": self.n_params_active,
                      "flops": self.flops_per_call_per_device, "flops_per_token": self.flops_per_token,
                      "global_batch_size": point.global_batch_size,
-                     "dp": point.data_parallel_size, "mesh": mesh_text(point),
+                     "dp": point.dp, "mesh": point.mesh_label(),
                      "tokens_per_step": point.global_batch_size * point.seq_len,
                      "flops_source": self.family.flops_source(cfg, point.seq_len, micro_batch=point.micro_batch_size)}
         self.out["model"] = point.preset
@@ -84,7 +83,7 @@ class TrainMeasurement(KindMeasurement):
         p = self.point
         return estimate_training_memory(self.cfg, self.n_params, p.micro_batch_size, p.seq_len, p.precision,
                                         activation_checkpointing=p.activation_checkpointing,
-                                        layout=Layout.of(p), flash_attention=flash)
+                                        layout=p, flash_attention=flash)
 
     def _not_fit(self, est) -> Result | None:
         if fits(est, self.device_bytes):
@@ -164,7 +163,7 @@ class TrainMeasurement(KindMeasurement):
         the ranks of one tensor- or context-parallel group and of one pipeline all read their replica's
         batches (``layout.data_rank``)."""
         p = self.point
-        return max(1, p.ranks // (p.tp * p.pp * p.cp))
+        return max(1, p.ranks // p.replica_devices)
 
     def _loader_batches(self) -> int:
         """Micro-batches one process's loader delivered in the timed window: its share of each call's samples."""

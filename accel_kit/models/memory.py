@@ -1,5 +1,5 @@
 """Will a training configuration fit a device? An estimate made before anything is allocated, per device
-for the point's parallel layout (``Layout``).
+for the point's parallel layout (``accel_kit.mesh.ParallelLayout``; a training point is one).
 
 Bytes per parameter (see ``accel_kit.engine.step``): fp32 holds weights 4 + gradients 4 +
 AdamW moments 8 = 16; bf16 holds bf16 weights and gradients (2 + 2) beside fp32 master
@@ -41,37 +41,12 @@ from dataclasses import dataclass
 
 from typing import Any
 
+from accel_kit.mesh import ParallelLayout
 from accel_kit.models.registry import family_of
 from accel_kit.precision import spec
 
 GiB = 2**30
 FSDP_GATHERED_BLOCKS = 2  # the block that runs and the next, whose all-gather overlaps it
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How one training point's devices split the work: dp x tp x pp x cp devices, the data-parallel
-    engine, a pipeline's chunks per micro-batch and its schedule, and the ep ranks (within dp) a MoE model's
-    routed experts are sharded over."""
-
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    engine: str = "ddp"  # ddp | fsdp | deepspeed
-    microbatches: int = 1  # chunks each micro-batch splits into in the pipeline (1 without one)
-    schedule: str = "gpipe"  # gpipe | 1f1b
-
-    @classmethod
-    def of(cls, point: Any) -> Layout:
-        """The layout of a training point (``accel_kit.engine.point.TrainPoint``)."""
-        return cls(dp=point.data_parallel_size, tp=point.tp, pp=point.pp, cp=point.cp, ep=point.ep,
-                   engine=point.engine, microbatches=point.microbatches, schedule=point.pp_schedule)
-
-    @property
-    def devices(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
 
 
 @dataclass
@@ -103,7 +78,7 @@ class _Stage:
     chunks_in_flight: int  # micro-batch chunks whose activations it keeps at once
 
 
-def _stages(cfg: Any, family: Any, n_params: int, layout: Layout) -> list[_Stage]:
+def _stages(cfg: Any, family: Any, n_params: int, layout: ParallelLayout) -> list[_Stage]:
     """The stages whose worst is the estimate: the only one without a pipeline; else the first and the last."""
     layers = family.shape(cfg).n_layers
     block = family.layer_weight_count(cfg)
@@ -113,8 +88,8 @@ def _stages(cfg: Any, family: Any, n_params: int, layout: Layout) -> list[_Stage
     embedding, block_all, head = _stage_weights(cfg, family, n_params)
     per_stage = math.ceil(layers / layout.pp)
     extra = per_stage * (block_all - block)  # the blocks' norms and biases
-    first_chunks = m if layout.schedule == "gpipe" else min(layout.pp, m)
-    last_chunks = m if layout.schedule == "gpipe" else 1
+    first_chunks = m if layout.pp_schedule == "gpipe" else min(layout.pp, m)
+    last_chunks = m if layout.pp_schedule == "gpipe" else 1
     return [_Stage(per_stage, embedding + extra, False, first_chunks),
             _Stage(per_stage, head + extra, True, last_chunks)]
 
@@ -140,7 +115,7 @@ def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]
     return count(split.embedding), sum(p.numel() for p in first_block.parameters()), count(split.head)
 
 
-def weights_per_device(cfg: Any, n_params: int, layout: Layout) -> int:
+def weights_per_device(cfg: Any, n_params: int, layout: ParallelLayout) -> int:
     """Parameters one device computes with in ``layout`` (before FSDP's sharding over dp): its share of
     the blocks' linears over tp and the rest whole, on a pipeline's larger end stage."""
     family = family_of(cfg)
@@ -149,7 +124,7 @@ def weights_per_device(cfg: Any, n_params: int, layout: Layout) -> int:
     return max(s.blocks * block_local + s.rest_weights for s in _stages(cfg, family, n_params, layout)) - unheld
 
 
-def _experts_not_held(cfg: Any, family: Any, layout: Layout) -> int:
+def _experts_not_held(cfg: Any, family: Any, layout: ParallelLayout) -> int:
     """The routed experts' weights a device does not hold under expert parallelism: (1 - 1/ep) of what it would
     (the experts' share of the blocks' linears, over tp as ``layer_weight_count``'s is); 0 without ep."""
     if layout.ep == 1:
@@ -160,7 +135,7 @@ def _experts_not_held(cfg: Any, family: Any, layout: Layout) -> int:
 
 def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
                              activation_checkpointing: bool = False, flash_attention: bool = True,
-                             layout: Layout = Layout()) -> MemoryEstimate:
+                             layout: ParallelLayout = ParallelLayout()) -> MemoryEstimate:
     """Bytes one device needs to train ``cfg`` (any family's config) at (micro_batch, seq_len) with AdamW
     in ``layout`` (default: one replica of the whole model, as under DDP); a pipeline's worst stage.
 
@@ -174,7 +149,7 @@ def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len:
 
 
 def _stage_estimate(cfg: Any, family: Any, n_params: int, micro_batch: int, seq_len: int, precision: str,
-                    stage: _Stage, layout: Layout, *, activation_checkpointing: bool,
+                    stage: _Stage, layout: ParallelLayout, *, activation_checkpointing: bool,
                     flash_attention: bool) -> MemoryEstimate:
     kind = spec(precision)
     mixed, c = kind.mixed, kind.bytes_per_element

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 from pydantic import PositiveInt
 
-from accel_kit.errors import AccelKitError, ParameterError
+from accel_kit.errors import AccelKitError
+from accel_kit.mesh import ParallelLayout
 from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.predict.heldout import error_summary, held_out, load_records
 from accel_kit.predict.predictor import Prediction, Predictor
@@ -26,23 +27,15 @@ from accel_kit.predict.shape import shape_for
 STUDY = "what_if"  # params/what_if/<profile>.yaml
 
 
-class WhatIfParams(StudyParams):
-    """What to predict. None: the system's default (its micro-batch, sequence length, precision)."""
+class WhatIfParams(StudyParams, ParallelLayout):
+    """What to predict: a model, its sequence and precision, and the layout (``ParallelLayout``'s fields, as a
+    training point takes them) at each device count. None: the system's default (its micro-batch, sequence
+    length, precision)."""
 
     preset: str = "gpt2-xl"
-    devices: list[PositiveInt] | PositiveInt = [1]
+    devices: list[PositiveInt] | PositiveInt = [1]  # device counts, each predicted in the layout (``layouts``)
     seq_len: PositiveInt | None = None
-    micro_batch_size: PositiveInt | None = None
-    gas: PositiveInt = 1
     precision: PrecisionRequest | None = None
-    # The layout, as a training point takes it (accel_kit.engine.point.TrainSpec): devices = dp x tp x pp x cp.
-    engine: Literal["ddp", "fsdp", "deepspeed"] = "ddp"
-    tp: PositiveInt = 1  # tensor-parallel degree
-    pp: PositiveInt = 1  # pipeline stages
-    cp: PositiveInt = 1  # context-parallel degree (the sequence split)
-    ep: PositiveInt = 1  # expert-parallel degree, within dp (a MoE model's routed experts sharded)
-    pp_microbatches: PositiveInt | None = None  # chunks per micro-batch in the pipeline; None: pp
-    pp_schedule: Literal["gpipe", "1f1b"] = "gpipe"
     activation_checkpointing: bool = False
     # Devices a node holds (a ring of more crosses nodes, over the inter-node link); None: the system's.
     devices_per_node: PositiveInt | None = None
@@ -52,31 +45,22 @@ class WhatIfParams(StudyParams):
     inference_input_len: PositiveInt = 128  # prompt tokens
     inference_output_len: PositiveInt = 128  # new tokens, the first with the prefill
 
+    def layouts(self, micro_batch_size: int | None = None) -> list[ParallelLayout]:
+        """The layout at each device count (``micro_batch_size``: the system's, where the parameter is None)."""
+        fields = self.model_dump(include=set(ParallelLayout.model_fields))
+        counts = self.devices if isinstance(self.devices, list) else [self.devices]
+        mb = self.micro_batch_size or micro_batch_size
+        return [ParallelLayout(**fields | {"devices": n, "micro_batch_size": mb}) for n in counts]
+
     def check(self) -> None:
         """Refuse, in one line, a preset not known (a named one, or an ``hf:PATH`` config whose file cannot
-        run) or a layout that does not divide the devices."""
+        run) or a layout that does not divide the devices or that is not built (``validate_layout``); what the
+        model allows is checked once the system's defaults are known (``what_if``)."""
         from accel_kit.models import check_preset
 
         check_preset(self.preset)
-        split = self.tp * self.pp * self.cp
-        for n in self.devices if isinstance(self.devices, list) else [self.devices]:
-            if n % split:
-                raise ParameterError(f"parameter 'devices': {n} devices do not split into tp {self.tp} x pp "
-                                     f"{self.pp} x cp {self.cp} (dp = devices / (tp x pp x cp) must be a whole number)")
-            if (n // split) % self.ep:
-                raise ParameterError(f"parameter 'ep': ep {self.ep} does not divide dp {n // split} of {n} devices "
-                                     "(the expert-parallel ranks are carved out of the data-parallel ones)")
-        if self.engine == "deepspeed" and split > 1:
-            raise ParameterError("parameter 'engine': deepspeed runs data parallelism only (tp, pp and cp 1); "
-                                 "use ddp or fsdp")
-        if self.pp_microbatches is not None and self.pp == 1:
-            raise ParameterError("parameter 'pp_microbatches' needs pp above 1")
-        from accel_kit.engine.point import pipeline_chunks
-
-        chunks = pipeline_chunks(self.pp, self.pp_microbatches)
-        if self.pp > 1 and self.micro_batch_size and self.micro_batch_size % chunks:
-            raise ParameterError(f"parameter 'micro_batch_size': {self.micro_batch_size} does not split into "
-                                 f"{chunks} pipeline chunks (pp_microbatches)")
+        for layout in self.layouts():
+            layout.validate_layout()
 
 
 @dataclass
@@ -137,10 +121,11 @@ class WhatIf:
         """Each prediction's inputs and assumptions, in words."""
         lines = []
         for p in self.predictions:
-            layout = (f" (dp {p.shape.dp} x tp {p.shape.tp} x pp {p.shape.pp} x cp {p.shape.cp}, {p.shape.engine})"
-                      if p.shape.devices > 1 else "")
-            lines.append(f"{p.system}, {p.shape.preset}, {p.shape.devices} device(s){layout}, seq {p.shape.seq_len}, "
-                         f"micro-batch {p.shape.micro_batch_size}, GAS {p.shape.gas}, {p.shape.precision}: "
+            lay = p.shape.layout
+            layout = (f" (dp {lay.dp} x tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, {lay.engine})"
+                      if lay.devices > 1 else "")
+            lines.append(f"{p.system}, {p.shape.preset}, {lay.devices} device(s){layout}, seq {p.shape.seq_len}, "
+                         f"micro-batch {lay.micro_batch_size}, GAS {lay.gas}, {p.shape.precision}: "
                          f"{p.tokens_per_s:.4g} tokens/s, {p.memory_per_device_gib:.3g} GiB per device"
                          + ("" if p.fits is None else (" (fits)" if p.fits else " (does NOT fit)"))
                          + (f"  [basis: {p.basis}; NOT fitted to this system's training records]"
@@ -190,7 +175,13 @@ def resolve_params(profile: str | None, overrides: dict[str, Any]) -> WhatIfPara
 
 
 def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -> WhatIf:
-    """Predict ``params`` (or the overrides on the defaults) on ``system`` from the records found."""
+    """Predict ``params`` (or the overrides on the defaults) on ``system`` from the records found.
+
+    Raises:
+        ParameterError: a layout that ``accel-kit run`` refuses (``accel_kit.engine.layout.check_layout``), in one line.
+    """
+    from accel_kit.engine.layout import check_layout
+    from accel_kit.engine.point import TrainSpec
     from accel_kit.paths import output_dir
     from accel_kit.systems import load_system
 
@@ -201,19 +192,17 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
     records = load_records(d for d in dirs if params.records or Path(d).exists())
     predictor = Predictor(system, records, link_root=dirs[0], devices_per_node=params.devices_per_node)
     precision = _precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
-    counts = params.devices if isinstance(params.devices, list) else [params.devices]
     predictions, notes = [], []
-    for n in counts:
-        shape = shape_for(params.preset, seq_len=params.seq_len or sys_desc.seq_len,
-                          micro_batch_size=params.micro_batch_size or sys_desc.micro_batch_size, gas=params.gas,
-                          devices=n, precision=precision, engine=params.engine,
-                          activation_checkpointing=params.activation_checkpointing, tp=params.tp, pp=params.pp,
-                          cp=params.cp, pp_microbatches=params.pp_microbatches, pp_schedule=params.pp_schedule,
-                          ep=params.ep)
+    seq_len = params.seq_len or sys_desc.seq_len
+    for layout in params.layouts(sys_desc.micro_batch_size):
+        check_layout(TrainSpec(preset=params.preset, seq_len=seq_len, precision=precision,
+                               activation_checkpointing=params.activation_checkpointing, **layout.model_dump()))
+        shape = shape_for(params.preset, layout, seq_len=seq_len, precision=precision,
+                          activation_checkpointing=params.activation_checkpointing)
         try:
             predictions.append(predictor.predict(shape))
         except AccelKitError as exc:  # e.g. no records and no datasheet: say so, predict the rest
-            notes.append(f"cannot predict {n} device(s): {exc}")
+            notes.append(f"cannot predict {layout.devices} device(s): {exc}")
     ho = held_out(records, [system], link_root=dirs[0])
     return WhatIf(system, params, predictions, ho, error_summary(ho), dirs, notes, records)
 

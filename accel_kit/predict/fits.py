@@ -67,9 +67,10 @@ def exposure_class(shape: StepShape) -> str:
     bucketed all-reduce (and ZeRO-1's reduce-scatter) overlap the backward; FSDP prefetches its gathers;
     with tp, pp or ep above 1 the engine all-reduces the gradients after the step's backward
     (``accel_kit.engine.parallel``), which overlaps nothing."""
-    if shape.engine == "fsdp":
+    if shape.layout.engine == "fsdp":
         return "fsdp"
-    return "after backward" if shape.tp * shape.pp * shape.ep > 1 else "overlapped"
+    lay = shape.layout
+    return "after backward" if lay.tp * lay.pp * lay.ep > 1 else "overlapped"
 
 
 def fit_exposure(records: list[dict], compute: ComputeFit, comm_of: Callable[[StepShape], tuple[float, float]],
@@ -82,7 +83,7 @@ def fit_exposure(records: list[dict], compute: ComputeFit, comm_of: Callable[[St
     ratios = []
     for r in records:
         shape = shape_of_record(r)
-        if shape.devices < 2 or exposure_class(shape) != kind:
+        if shape.layout.devices < 2 or exposure_class(shape) != kind:
             continue
         dp_s, layer_s = comm_of(shape)
         if dp_s > 0:

@@ -102,10 +102,10 @@ class Prediction:
     expert_parallel_s: float = 0.0  # the ep all-to-alls, in comm_s and exposed_comm_s
 
     def row(self) -> dict[str, Any]:
-        s = self.shape
-        return {"system": self.system, "preset": s.preset, "devices": s.devices, "dp": s.dp, "tp": s.tp, "pp": s.pp,
-                "cp": s.cp, "ep": s.ep, "engine": s.engine, "seq_len": s.seq_len,
-                "micro_batch_size": s.micro_batch_size, "gas": s.gas, "precision": s.precision,
+        s, lay = self.shape, self.shape.layout
+        return {"system": self.system, "preset": s.preset, "devices": lay.devices, "dp": lay.dp, "tp": lay.tp,
+                "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "engine": lay.engine, "seq_len": s.seq_len,
+                "micro_batch_size": lay.micro_batch_size, "gas": lay.gas, "precision": s.precision,
                 "tokens_per_s": self.tokens_per_s, "step_time_s": self.step_time_s, "compute_s": self.compute_s,
                 "exposed_comm_s": self.exposed_comm_s, "tensor_parallel_s": self.tensor_parallel_s,
                 "expert_parallel_s": self.expert_parallel_s,
@@ -149,7 +149,8 @@ class Predictor:
         # host's cores, so records of several ranks say how a rank computes among others); then the most.
         def rank(g: list[dict]) -> tuple:
             counts = [r["params"]["devices"] for r in g]
-            return (shape.devices in counts, max((c for c in counts if c <= shape.devices), default=0), len(g))
+            devices = shape.layout.devices
+            return devices in counts, max((c for c in counts if c <= devices), default=0), len(g)
 
         best = max(groups, key=rank)
         # The model's own records where there are enough of them: a rate fitted across models (a codon
@@ -166,25 +167,26 @@ class Predictor:
     def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
         """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
         first over ``dp_link``, the second exposed whole (``layer_comm_s``)."""
-        dp_s = 0.0
-        if shape.dp > 1:
+        dp_s, lay = 0.0, shape.layout
+        if lay.dp > 1:
             bw, lat = dp_link.bandwidth_Bps, dp_link.latency_s
-            if shape.engine == "fsdp":
-                dp_s = fsdp_sync_s(*shape.fsdp_messages(), shape.dp, bw, lat)
+            if lay.engine == "fsdp":
+                dp_s = fsdp_sync_s(*shape.fsdp_messages(), lay.dp, bw, lat)
             else:
-                dp_s = gradient_sync_s(shape.grad_bytes(), shape.dp, bw, lat, zero1=shape.engine == "deepspeed")
+                dp_s = gradient_sync_s(shape.grad_bytes(), lay.dp, bw, lat, zero1=lay.engine == "deepspeed")
         return dp_s, sum(self.layer_comm_s(shape))
 
     def layer_comm_s(self, shape: StepShape) -> tuple[float, float]:
         """(tensor-parallel, expert-parallel) seconds per step of the exchanges inside the blocks, each over its
         group's link (its ranks are neighbours on the mesh, within one node where it has room)."""
         tp_s = ep_s = 0.0
-        if shape.tp > 1:
-            link = self.link(shape.tp)
-            tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), shape.tp, link.bandwidth_Bps, link.latency_s)
-        if shape.ep > 1:
-            link = self.link(shape.ep)
-            ep_s = expert_parallel_s(*shape.expert_parallel_messages(), shape.ep, link.bandwidth_Bps, link.latency_s)
+        tp, ep = shape.layout.tp, shape.layout.ep
+        if tp > 1:
+            link = self.link(tp)
+            tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), tp, link.bandwidth_Bps, link.latency_s)
+        if ep > 1:
+            link = self.link(ep)
+            ep_s = expert_parallel_s(*shape.expert_parallel_messages(), ep, link.bandwidth_Bps, link.latency_s)
         return tp_s, ep_s
 
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
@@ -216,19 +218,20 @@ class Predictor:
             group = []
         compute_s = fit.compute_s(shape)
         dp_s = tp_s = ep_s = exposure = 0.0
-        if shape.devices > 1:
-            link = self.link(shape.devices)
+        lay = shape.layout
+        if lay.devices > 1:
+            link = self.link(lay.devices)
             dp_s = self.comm_s(shape, link)[0]
             tp_s, ep_s = self.layer_comm_s(shape)
             inputs.append(f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
                           f"step ({link.source})")
-            if shape.tp > 1:
-                tp_link = self.link(shape.tp)
-                inputs.append(f"tensor-parallel link ({shape.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
+            if lay.tp > 1:
+                tp_link = self.link(lay.tp)
+                inputs.append(f"tensor-parallel link ({lay.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
                               f"{tp_link.latency_us:.3g} us per ring step ({tp_link.source})")
-            if shape.ep > 1:
-                ep_link = self.link(shape.ep)
-                inputs.append(f"expert-parallel link ({shape.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
+            if lay.ep > 1:
+                ep_link = self.link(lay.ep)
+                inputs.append(f"expert-parallel link ({lay.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
                               f"{ep_link.latency_us:.3g} us per exchange step ({ep_link.source})")
             if dp_s > 0:
                 kind = exposure_class(shape)
@@ -241,16 +244,16 @@ class Predictor:
         stage_s = (compute_s + tp_s + ep_s) / (1 - bubble)
         step_s = stage_s + exposure * dp_s
         exposed = exposure * dp_s + tp_s + ep_s
-        tokens_per_s = shape.tokens_per_step_per_replica * shape.dp / step_s
-        efficiency = (compute_s / step_s) if shape.devices > 1 else 1.0
+        tokens_per_s = shape.tokens_per_step_per_replica * lay.dp / step_s
+        efficiency = (compute_s / step_s) if lay.devices > 1 else 1.0
         memory = fit_memory(group)
         (inputs if memory.records else assumptions).append(memory.describe())
         mem_gib = memory.bytes(shape) / GiB
         device_gib = _device_memory_gib(system)
         assumptions += _layout_assumptions(shape)
         per_node = self.devices_per_node or system.devices_per_node
-        if shape.devices > per_node:
-            assumptions.append(f"{shape.devices} devices span {math.ceil(shape.devices / per_node)} "
+        if lay.devices > per_node:
+            assumptions.append(f"{lay.devices} devices span {math.ceil(lay.devices / per_node)} "
                                f"nodes: the data-parallel ring runs at the inter-node link's per-device share")
         return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s + ep_s, exposed, tokens_per_s, efficiency,
                           mem_gib, device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
@@ -290,25 +293,26 @@ class Predictor:
 
 def _layout_assumptions(shape: StepShape) -> list[str]:
     """What the model takes of ``shape``'s layout, in words."""
-    out = [f"layout dp {shape.dp} x tp {shape.tp} x pp {shape.pp} x cp {shape.cp}, engine {shape.engine}: each of "
-           f"the {shape.dp} replica(s) computes its own micro-batches"
-           + ("; the gradients synchronised over dp once per step" if shape.engine != "fsdp" else
+    lay = shape.layout
+    out = [f"layout dp {lay.dp} x tp {lay.tp} x pp {lay.pp} x cp {lay.cp}, engine {lay.engine}: each of "
+           f"the {lay.dp} replica(s) computes its own micro-batches"
+           + ("; the gradients synchronised over dp once per step" if lay.engine != "fsdp" else
               "; FSDP gathers every micro-batch's parameters in forward and backward and reduce-scatters the "
               "gradients once per step over dp")]
-    if shape.tp > 1:
-        out.append(f"tensor parallel {shape.tp}: a block's products split over its ranks, 4 all-reduces of a chunk's "
+    if lay.tp > 1:
+        out.append(f"tensor parallel {lay.tp}: a block's products split over its ranks, 4 all-reduces of a chunk's "
                    "activations per block (6 with checkpointing), not overlapped with compute; norms, residuals "
                    "and the head run whole on every rank (no sequence parallelism)")
-    if shape.pp > 1:
-        out.append(f"pipeline of {shape.pp} stages ({shape.pp_schedule}), {shape.microbatches} chunks per "
+    if lay.pp > 1:
+        out.append(f"pipeline of {lay.pp} stages ({lay.pp_schedule}), {lay.microbatches} chunks per "
                    f"micro-batch: a bubble of (pp - 1) / (m + pp - 1) = {shape.bubble_fraction:.0%} of the step; "
                    f"the last stage ({shape.stage_layers} blocks and the head) sets the pace; the activations "
                    "sent between stages are not modelled")
-    if shape.cp > 1:
-        out.append(f"context parallel {shape.cp}: the sequence splits over its ranks; their exchange of keys and "
+    if lay.cp > 1:
+        out.append(f"context parallel {lay.cp}: the sequence splits over its ranks; their exchange of keys and "
                    "values is not modelled")
-    if shape.ep > 1:
-        out.append(f"expert parallel {shape.ep} within dp: a rank holds 1/{shape.ep} of the routed experts; 4 "
+    if lay.ep > 1:
+        out.append(f"expert parallel {lay.ep} within dp: a rank holds 1/{lay.ep} of the routed experts; 4 "
                    "all-to-alls of a chunk's token copies per MoE layer (6 with checkpointing), not overlapped, "
                    "routing taken as uniform (a busier rank waits longer); the experts' gradients taken as "
                    "reduced over all of dp")

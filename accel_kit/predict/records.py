@@ -3,18 +3,16 @@ from before the layouts ran dp only), whether it can be learnt from, and which r
 (same system, precision and host threads)."""
 from __future__ import annotations
 
+from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.shape import StepShape, shape_for
 
 
 def shape_of_record(record: dict) -> StepShape:
     """The step shape a training record measured."""
     p, m = record["params"], record["metrics"]
-    return shape_for(p["preset"], seq_len=p["seq_len"], micro_batch_size=p["micro_batch_size"], gas=p["gas"],
-                     devices=p["devices"], precision=p["precision"], engine=p.get("engine", "ddp"),
+    return shape_for(p["preset"], ParallelLayout.of(p), seq_len=p["seq_len"], precision=p["precision"],
                      activation_checkpointing=p.get("activation_checkpointing", False),
-                     vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math",
-                     tp=p.get("tp", 1), pp=p.get("pp", 1), cp=p.get("cp", 1), pp_microbatches=p.get("pp_microbatches"),
-                     pp_schedule=p.get("pp_schedule", "gpipe"), ep=p.get("ep", 1))
+                     vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math")
 
 
 def host_threads(record: dict) -> int | None:

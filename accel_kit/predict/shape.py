@@ -7,7 +7,7 @@
 pipeline's idle share.
 ``shape_for`` makes the shape of a model preset.
 
-A layout is dp x tp x pp x cp devices (``accel_kit.models.Layout``): a replica's micro-batches are
+A layout is dp x tp x pp x cp devices (``accel_kit.mesh.ParallelLayout``): a replica's micro-batches are
 computed by its tp x pp x cp devices together, so each device's work is the replica's over tp and cp
 (a block's products split over the tensor-parallel ranks, the sequence over the context-parallel
 ones), for ceil(n_layers / pp) of the blocks (a pipeline's stage). The output projection and the
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from accel_kit import flops as F
-from accel_kit.engine.point import pipeline_chunks
+from accel_kit.mesh import ParallelLayout
 from accel_kit.models.family import FlopTerms
 from accel_kit.precision import spec
 
@@ -44,7 +44,8 @@ def pipeline_bubble(pp: int, microbatches: int) -> float:
 class StepShape:
     """What one device computes per optimizer step (of any family: its shape, FLOP terms and layout).
 
-    ``micro_batch_size`` and ``gas`` are one replica's; ``devices`` all of them, dp x tp x pp x cp."""
+    ``layout`` holds the devices (all of them, dp x tp x pp x cp), their split, and one replica's micro-batch
+    (resolved) and GAS."""
 
     preset: str
     n_layers: int
@@ -53,58 +54,31 @@ class StepShape:
     n_params: int
     flop_terms: FlopTerms  # the family's forward FLOPs per token at seq_len
     seq_len: int
-    micro_batch_size: int
-    gas: int = 1
-    devices: int = 1
+    layout: ParallelLayout
     precision: str = "bf16"
-    engine: str = "ddp"
     activation_checkpointing: bool = False
     flash_attention: bool = True
     cfg: Any = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
-    tp: int = 1  # tensor-parallel degree
-    pp: int = 1  # pipeline stages
-    cp: int = 1  # context-parallel degree (the sequence split)
-    pp_microbatches: int | None = None  # chunks per micro-batch in the pipeline; None: pp
-    pp_schedule: str = "gpipe"
-    ep: int = 1  # expert-parallel degree (within dp): a MoE model's routed experts sharded over ep ranks
     n_moe_layers: int = 0  # the family's MoE layers (0: a dense model)
     experts_per_token: int = 0  # top-k: the expert copies of each token a MoE layer dispatches
 
     @property
-    def dp(self) -> int:
-        """Data-parallel replicas: the devices over tp x pp x cp."""
-        return self.devices // (self.tp * self.pp * self.cp)
-
-    @property
-    def microbatches(self) -> int:
-        """Chunks of a micro-batch in flight in the pipeline (1: no pipeline), as the training point has it."""
-        return pipeline_chunks(self.pp, self.pp_microbatches)
-
-    @property
-    def layout(self):
-        """The ``accel_kit.models.Layout`` of this shape (what the memory estimate takes)."""
-        from accel_kit.models import Layout
-
-        return Layout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, engine=self.engine,
-                      microbatches=self.microbatches, schedule=self.pp_schedule)
-
-    @property
     def stage_layers(self) -> int:
         """Blocks on a pipeline stage (the larger ones: ceil(n_layers / pp)); every block without one."""
-        return math.ceil(self.n_layers / self.pp)
+        return math.ceil(self.n_layers / self.layout.pp)
 
     @property
     def bubble_fraction(self) -> float:
-        return pipeline_bubble(self.pp, self.microbatches)
+        return pipeline_bubble(self.layout.pp, self.layout.microbatches)
 
     @property
     def tokens_per_step_per_replica(self) -> int:
-        return self.micro_batch_size * self.seq_len * self.gas
+        return self.layout.micro_batch_size * self.seq_len * self.layout.gas
 
     @property
     def tokens_per_step_per_device(self) -> float:
         """A replica's tokens per step over the devices that compute them together (tp x pp x cp)."""
-        share = self.tp * self.pp * self.cp
+        share = self.layout.replica_devices
         tokens = self.tokens_per_step_per_replica
         return tokens // share if tokens % share == 0 else tokens / share
 
@@ -118,19 +92,19 @@ class StepShape:
         tokens = self.tokens_per_step_per_replica
         recompute = 4 / 3 if self.activation_checkpointing else 1.0
         backward = 1 + F.BACKWARD_TO_FORWARD
-        L, tp, cp, stage = self.n_layers, self.tp, self.cp, self.stage_layers
+        L, tp, cp, stage = self.n_layers, self.layout.tp, self.layout.cp, self.stage_layers
         # Exact integers over one division (a whole model on one device: the replica's counts exactly):
         # the stage's share of the blocks' products over tp x cp, the head's over cp.
         matmul = tokens * (self.flop_terms.matmul * stage + self.flop_terms.logits * L * tp) / (L * tp * cp)
         attention = tokens * self.flop_terms.attention * stage / (L * tp * cp)
         return np.array([matmul * backward * recompute, attention * backward * recompute,
                          tokens * stage * self.hidden / cp * recompute, tokens * self.vocab / cp,
-                         self.gas * self.microbatches * stage, self.optimizer_params()], dtype=float)
+                         self.layout.gas * self.layout.microbatches * stage, self.optimizer_params()], dtype=float)
 
     def weights_per_device(self) -> int:
         """Parameters one device computes with (``accel_kit.models.memory.weights_per_device``); the model's
         own count without tensor, pipeline or expert parallelism."""
-        if self.tp == 1 and self.pp == 1 and self.ep == 1:
+        if self.layout.tp * self.layout.pp * self.layout.ep == 1:
             return self.n_params
         from accel_kit.models.memory import weights_per_device
 
@@ -139,7 +113,7 @@ class StepShape:
     def optimizer_params(self) -> int:
         """Parameters one device's AdamW updates: its weights, a 1/dp shard of them under FSDP."""
         local = self.weights_per_device()
-        return local // self.dp if self.engine == "fsdp" else local
+        return local // self.layout.dp if self.layout.engine == "fsdp" else local
 
     def grad_bytes(self) -> int:
         """Bytes of gradients each rank synchronises per step over dp (bf16 models keep bf16 gradients). Under
@@ -150,7 +124,7 @@ class StepShape:
         # (bf16 for bf16; fp32 for fp16, whose autocast leaves the model fp32). DeepSpeed's bf16 and
         # fp16 modes hold the model itself in the 16-bit type (the fp32 master copy is the
         # optimizer's), so its gradients are 16-bit in both.
-        per = kind.bytes_per_element if self.engine == "deepspeed" and kind.mixed else kind.model_dtype.itemsize
+        per = kind.bytes_per_element if self.layout.engine == "deepspeed" and kind.mixed else kind.model_dtype.itemsize
         return self.weights_per_device() * per
 
     def tensor_parallel_messages(self) -> tuple[int, float]:
@@ -158,12 +132,12 @@ class StepShape:
         row-parallel outputs in forward and their column-parallel inputs' gradients in backward (2 + 2;
         Shoeybi et al. 2019, Megatron-LM, sec. 3), 2 more where checkpointing recomputes the forward; each
         a chunk's activations, b x s x h in the compute dtype (s / cp under context parallelism)."""
-        if self.tp == 1:
+        if self.layout.tp == 1:
             return 0, 0.0
         per_block = 4 + (2 if self.activation_checkpointing else 0)
-        count = self.gas * self.microbatches * self.stage_layers * per_block
-        chunk = self.micro_batch_size / self.microbatches
-        return count, chunk * self.seq_len / self.cp * self.hidden * spec(self.precision).bytes_per_element
+        count = self.layout.gas * self.layout.microbatches * self.stage_layers * per_block
+        chunk = self.layout.micro_batch_size / self.layout.microbatches
+        return count, chunk * self.seq_len / self.layout.cp * self.hidden * spec(self.precision).bytes_per_element
 
     def expert_parallel_messages(self) -> tuple[int, float]:
         """(all-to-alls per step, bytes each rank sends in each) over the ep group: per MoE layer of the stage and
@@ -171,13 +145,13 @@ class StepShape:
         where checkpointing recomputes the forward; each a chunk's token copies, b x s x k x h in the compute
         dtype (``accel_kit.models.moe.parallel``). The counts' all-gather before each dispatch (E integers)
         is latency only and left out."""
-        if self.ep == 1 or not self.n_moe_layers:
+        if self.layout.ep == 1 or not self.n_moe_layers:
             return 0, 0.0
         per_layer = 4 + (2 if self.activation_checkpointing else 0)
         moe_layers = math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
-        count = self.gas * self.microbatches * moe_layers * per_layer
-        chunk = self.micro_batch_size / self.microbatches
-        copies = chunk * self.seq_len / self.cp * self.experts_per_token
+        count = self.layout.gas * self.layout.microbatches * moe_layers * per_layer
+        chunk = self.layout.micro_batch_size / self.layout.microbatches
+        copies = chunk * self.seq_len / self.layout.cp * self.experts_per_token
         return count, copies * self.hidden * spec(self.precision).bytes_per_element
 
     def fsdp_messages(self) -> tuple[int, int, int]:
@@ -186,14 +160,14 @@ class StepShape:
         backward (FSDP2 frees them after the forward), and the step reduce-scatters the gradients once
         (``set_requires_gradient_sync`` on the last micro-batch), in fp32 (the bf16 policy's reduce dtype)."""
         local = self.weights_per_device()
-        return 2 * self.gas, local * spec(self.precision).bytes_per_element, local * 4
+        return 2 * self.layout.gas, local * spec(self.precision).bytes_per_element, local * 4
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
         from accel_kit.models import estimate_training_memory
 
-        return estimate_training_memory(self.cfg, self.n_params, self.micro_batch_size, self.seq_len, self.precision,
-                                        activation_checkpointing=self.activation_checkpointing,
+        return estimate_training_memory(self.cfg, self.n_params, self.layout.micro_batch_size, self.seq_len,
+                                        self.precision, activation_checkpointing=self.activation_checkpointing,
                                         flash_attention=self.flash_attention, layout=self.layout)
 
     def memory_estimate_bytes(self) -> int:
@@ -202,18 +176,18 @@ class StepShape:
     def memory_work(self) -> np.ndarray:
         """Bytes for each of ``MEMORY_TERMS``."""
         est = self.memory_estimate()
-        working_set = est.activations_bytes + est.logits_bytes if self.gas > 1 else 0
+        working_set = est.activations_bytes + est.logits_bytes if self.layout.gas > 1 else 0
         return np.array([1.0, est.total_bytes, working_set], dtype=float)
 
 
-def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1, devices: int = 1,
-              precision: str = "bf16", engine: str = "ddp", activation_checkpointing: bool = False,
-              vocab_size: int | None = None, flash_attention: bool = True, tp: int = 1, pp: int = 1, cp: int = 1,
-              pp_microbatches: int | None = None, pp_schedule: str = "gpipe", ep: int = 1) -> StepShape:
-    """The step shape of a model preset at these settings (``devices`` all of them: dp x tp x pp x cp; ``ep``
-    within dp)."""
+def shape_for(preset: str, layout: ParallelLayout, *, seq_len: int, precision: str = "bf16",
+              activation_checkpointing: bool = False, vocab_size: int | None = None,
+              flash_attention: bool = True) -> StepShape:
+    """The step shape of a model preset at these settings, in ``layout`` (its micro-batch resolved)."""
     from accel_kit.models import count_params, family_of, get_config
 
+    if layout.micro_batch_size is None:
+        raise ValueError("a step shape's layout needs its micro_batch_size (None is the system's: resolve it first)")
     overrides: dict[str, Any] = {"seq_len": seq_len}
     if vocab_size:
         overrides["vocab_size"] = vocab_size
@@ -221,7 +195,6 @@ def shape_for(preset: str, *, seq_len: int, micro_batch_size: int, gas: int = 1,
     family = family_of(cfg)
     model = family.shape(cfg)
     return StepShape(preset, model.n_layers, model.hidden_size, model.vocab_size_model,
-                     count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, micro_batch_size,
-                     gas, devices, precision, engine, activation_checkpointing, flash_attention, cfg=cfg, tp=tp, pp=pp,
-                     cp=cp, pp_microbatches=pp_microbatches, pp_schedule=pp_schedule, ep=ep,
-                     n_moe_layers=model.n_moe_layers, experts_per_token=model.experts_per_token)
+                     count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, layout, precision,
+                     activation_checkpointing, flash_attention, cfg=cfg, n_moe_layers=model.n_moe_layers,
+                     experts_per_token=model.experts_per_token)

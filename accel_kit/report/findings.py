@@ -18,7 +18,7 @@ from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
 from accel_kit import identity
-from accel_kit.studies._training import LAYOUT_FIELDS
+from accel_kit.mesh import LAYOUT_FIELDS
 
 # study -> (metric, unit, the parameters a finding names of a point). Two records are compared when they
 # share every field of the point's key but the system's own (``identity.config_key``).

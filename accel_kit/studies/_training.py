@@ -28,10 +28,7 @@ from accel_kit.systems import System
 from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import Point, TrainPoint, TrainSpec
 from accel_kit.engine.sweep import PeakReference, run_sweep
-
-
-# The training point's parallel-layout fields (accel_kit.engine.layout), in the order a label names them.
-LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp", "ep")
+from accel_kit.mesh import LAYOUT_DEFAULTS, LAYOUT_FIELDS
 
 
 class _OtherModelBase(BaseModel):
@@ -120,14 +117,15 @@ def make_point(params: TrainingParams, system: System, choice: PrecisionChoice, 
     """A TrainPoint from the study parameters, the system's defaults and this point's axis values."""
     values = params.model_dump(include=set(TrainSpec.model_fields)) | axis
     adapter = system.device_adapter()
-    layout = adapter.layout(values["devices"], pp=values["pp"])
+    placement = adapter.placement(values["devices"])
     values |= {"system": system.id, "devices_per_node": params.devices_per_node or system.devices_per_node,
                "precision": choice.precision,
                "precision_reason": choice.reason,
                "micro_batch_size": values["micro_batch_size"] or system.micro_batch_size,
                "seq_len": values["seq_len"] or system.seq_len,
-               "processes": layout.processes, "replicas": layout.replicas, "steps_per_call": layout.steps_per_call,
-               "pp": layout.pp or values["pp"]}  # (an IPU's pipeline is the device's: the point records it)
+               "processes": placement.processes, "replicas": placement.replicas,
+               "steps_per_call": placement.steps_per_call,
+               "pp": adapter.pipeline_degree(values["pp"])}  # (an IPU's pipeline is the device's: the point records it)
     point = TrainPoint(**values)
     if adapter.engine_layouts():
         check_layout(point)  # a layout that does not divide, or that the model or the engine cannot take: one line
@@ -238,9 +236,8 @@ def _product(params: TrainingParams, system: System, choice: PrecisionChoice, fi
     # An axis whose field the model fixes runs that one value.
     values = [[fixed[f]] if f in fixed else sorted(set(getattr(params, name))) for name, f in zip(names, fields)]
     combos = [dict(zip(fields, combo)) for combo in itertools.product(*values)]
-    if dividing:
-        degree = math.prod(getattr(params, f) for f in LAYOUT_FIELDS if f != "engine")
-        combos = [c for c in combos if c.get("devices", params.devices) % degree == 0]
+    if dividing:  # dp = devices / (tp x pp x cp) a whole number, which ep divides
+        combos = [c for c in combos if c.get("devices", params.devices) % (params.replica_devices * params.ep) == 0]
     return [make_point(params, system, choice, **combo) for combo in combos]
 
 
@@ -283,9 +280,9 @@ def layout_lines(points: list[TrainPoint]) -> list[str]:
     configs: dict[tuple[str, str, str], list[TrainPoint]] = {}
     for p in points:
         configs.setdefault((p.preset, p.precision, layout_label(p)), []).append(p)
-    lines = ["Layouts: the devices split as pp x dp x tp, dp = devices / (tp x pp) (accel_kit.engine.layout)"]
+    lines = ["Layouts: the devices split as pp x dp x cp x tp, dp = devices / (tp x pp x cp) (accel_kit.mesh)"]
     for (preset, precision, label), mine in configs.items():
-        shown = ", ".join(dict.fromkeys(f"{p.devices} (dp {p.data_parallel_size})" for p in mine))
+        shown = ", ".join(dict.fromkeys(f"{p.devices} (dp {p.dp})" for p in mine))
         lines.append(f"  {preset} {precision}: {label} (tp {mine[0].tp}, pp {mine[0].pp}) on {shown} devices")
     return lines
 
@@ -309,7 +306,7 @@ def layout_label(row: Any) -> str:
     """A point's layout as a table or a legend names it: ``ddp``, ``fsdp``, ``ddp, tp 2``; ``row``: a record
     row or a point (its ``engine``, ``tp``, ``pp``, ``cp``)."""
     get = row.get if hasattr(row, "get") else lambda k, d=None: getattr(row, k, d)
-    parts = [str(get("engine") or TrainSpec.model_fields["engine"].default)]
+    parts = [str(get("engine") or LAYOUT_DEFAULTS["engine"])]
     for f in LAYOUT_FIELDS[1:]:
         degree = get(f)
         if degree is not None and not (isinstance(degree, float) and math.isnan(degree)) and int(degree) > 1:
@@ -323,8 +320,8 @@ def with_layout(df: pd.DataFrame) -> pd.DataFrame:
     layouts stay apart in a study's table and figures, and records of one layout stay together."""
     if df.empty:
         return df
-    fill = {f: (df[f].where(df[f].notna(), TrainSpec.model_fields[f].default) if f in df.columns
-                else TrainSpec.model_fields[f].default) for f in LAYOUT_FIELDS}
+    fill = {f: df[f].where(df[f].notna(), default) if f in df.columns else default
+            for f, default in LAYOUT_DEFAULTS.items()}
     df = df.assign(**fill)
     return df.assign(layout=[layout_label(r) for _, r in df.iterrows()])
 

@@ -1,7 +1,8 @@
 """GPT-2 XL pre-training throughput against device count (paper Figure 5, Table II).
 
 One point per device count, in the layout the parameters give (``engine`` ddp, fsdp or deepspeed;
-``tp``, ``pp``: the data-parallel degree is devices / (tp x pp)), and in each layout of ``also``.
+``tp``, ``pp``, ``cp``, ``ep``: the data-parallel degree is devices / (tp x pp x cp), which ep divides;
+``accel_kit.mesh.ParallelLayout``), and in each layout of ``also``.
 Speedup and scaling efficiency compare like with like: each layout against the smallest device
 count that ran it, speedup = T_N / T_N0, efficiency = speedup / (N / N0), i.e. the per-device
 throughput at N over that at N0. On a CPU the "devices" are gloo processes sharing its cores.
@@ -15,7 +16,8 @@ from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
 from accel_kit import identity
-from accel_kit.studies._training import LAYOUT_FIELDS, AxesParams, study_runner, with_layout
+from accel_kit.mesh import LAYOUT_FIELDS
+from accel_kit.studies._training import AxesParams, study_runner, with_layout
 
 STUDY = "scaling"
 # The columns a table names first (with them, every key field that varies among its rows).

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from accel_kit.devices._vendor import package_version
-from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Layout, PrecisionSupport
+from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement, PrecisionSupport
 from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE
 from accel_kit.devices.cerebras.options import ENV_PREFIX, MISSING, PACKAGE, USERNODE_CONFIG, CerebrasOptions
 
@@ -137,10 +137,10 @@ class CerebrasAdapter(BaseAdapter):
         return DeviceDescription(adapter=self.name, device_model=model, device_count=1, versions=versions,
                                  extra=extra)
 
-    def layout(self, devices: int, pp: int = 1) -> Layout:
+    def placement(self, devices: int) -> Placement:
         # One client process drives every CS-2 of a point (ClusterConfig.num_csx), one data-parallel
         # replica per CS-2: never a rank per device.
-        return Layout(processes=1, replicas=devices)
+        return Placement(processes=1, replicas=devices)
 
     # ----------------------------------------------------------------------- what runs, and how
 
