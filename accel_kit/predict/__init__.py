@@ -22,6 +22,7 @@ from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.predict.heldout import error_summary, held_out, load_records
 from accel_kit.predict.predictor import Prediction, Predictor
 from accel_kit.predict.shape import shape_for
+from accel_kit.results import Record
 
 STUDY = "what_if"  # params/what_if/<profile>.yaml
 
@@ -90,7 +91,7 @@ class WhatIf:
     errors: pd.DataFrame
     record_dirs: list[str]
     notes: list[str] = field(default_factory=list)
-    records: list[dict] = field(default_factory=list, repr=False)  # what the predictions learnt from
+    records: list[Record] = field(default_factory=list, repr=False)  # what the predictions learnt from
 
     def inference(self, precision: str | None = None) -> pd.DataFrame:
         """TTFT, TPOT and output tokens/s of the preset's greedy generations (``params.inference_*``), fitted on the
