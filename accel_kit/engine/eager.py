@@ -16,15 +16,18 @@ microbenchmark point calls ``make_block_step``. A new kind adds its own method h
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
 
+if TYPE_CHECKING:
+    from accel_kit.engine.point import BlockPoint, TrainPoint
 
-def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
+
+def point_batches(point: TrainPoint, vocab_size: int, rank: int) -> Any:
     """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows).
 
     A module-level function, so that a vendor's input workers can be handed it by name (it pickles).
@@ -61,14 +64,14 @@ class EagerModel:
         self.adapter = adapter
 
     @staticmethod
-    def deepspeed_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, world: int,
-                          adapter: Any, **kwargs: Any) -> Any:
+    def deepspeed_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any,
+                          world: int, adapter: Any, **kwargs: Any) -> Any:
         """DeepSpeed's engine as a trainer (imported only when a point asks for it)."""
         from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
 
         return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPoint, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer).
         The worker builds it on ``device`` already (``accel_kit.models.materialize``); ``.to`` places one built
         elsewhere."""
@@ -77,7 +80,7 @@ class EagerModel:
             return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
         return step_module.cast_for_precision(model, point.precision)
 
-    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+    def make_sparsity(self, model: nn.Module, point: TrainPoint, device: torch.device) -> Any:
         """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
         ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
         from accel_kit.sparsity import WeightSparsity
@@ -89,7 +92,7 @@ class EagerModel:
                               point.micro_batch_size * point.seq_len)
         return sparse
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+    def make_trainer(self, point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None, trainer: Any = None, compile_backend: str | None = None,
                      graph_break: Any = None) -> Any:
         """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss.
@@ -121,7 +124,8 @@ class EagerModel:
                                                 after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
                                                 graph_break=graph_break)
 
-    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+    def make_block_step(self, point: BlockPoint, module: nn.Module, x: torch.Tensor,
+                        grad_out: torch.Tensor | None) -> Any:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
         (``grad_out`` given)."""
         from accel_kit.models.family import layer_output as block_output

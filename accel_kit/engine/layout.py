@@ -11,23 +11,27 @@ its attention kernels take context parallelism) is the adapter's answer, an ``un
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import MESH_DIMS, mesh_label
 
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
+    from accel_kit.engine.point import TrainPoint
 
-def mesh_sizes(point: Any) -> tuple[int, ...]:
+
+def mesh_sizes(point: TrainPoint) -> tuple[int, ...]:
     """The mesh's size along each of ``MESH_DIMS``."""
     return point.pp, point.data_parallel_size, point.cp, point.tp
 
 
-def mesh_text(point: Any) -> str:
+def mesh_text(point: TrainPoint) -> str:
     """The layout as a record shows it: ``pp 1 x dp 2 x cp 1 x tp 1``."""
     return mesh_label(ep=point.ep, **dict(zip(MESH_DIMS, mesh_sizes(point))))
 
 
-def data_rank(point: Any, rank: int) -> int:
+def data_rank(point: TrainPoint, rank: int) -> int:
     """Which share of the data ``rank`` trains on: its place along ``dp``. The ranks of one tensor-parallel
     group, of one context-parallel group (each then takes its shard of the sequence) and of one pipeline
     compute on the same micro-batch."""
@@ -44,7 +48,7 @@ def stage_blocks(n_blocks: int, pp: int) -> list[range]:
     return [range(start, start + size) for start, size in zip(starts, sizes)]
 
 
-def check_layout(point: Any) -> None:
+def check_layout(point: TrainPoint) -> None:
     """Refuse a layout that does not divide, that the model's shape does not allow, or that is not built.
 
     Raises:
@@ -68,7 +72,7 @@ def check_layout(point: Any) -> None:
     _check_engine(point)
 
 
-def _check_shape(point: Any) -> None:
+def _check_shape(point: TrainPoint) -> None:
     from accel_kit.models import family_of, get_config
 
     cfg = get_config(point.preset, **({"vocab_size": point.vocab_size} if point.vocab_size else {}))
@@ -91,7 +95,7 @@ def _check_shape(point: Any) -> None:
                                  f"pp_microbatches {point.microbatches}")
 
 
-def _check_engine(point: Any) -> None:
+def _check_engine(point: TrainPoint) -> None:
     # Pipeline stages train under engine ddp: their gradients averaged over dp after each step
     # (accel_kit.engine.pipeline). FSDP2 inside a stage and a tensor-parallel stage are not built.
     if point.pp > 1 and point.engine == "fsdp":
@@ -112,7 +116,7 @@ def _check_engine(point: Any) -> None:
         raise ParameterError("weight sparsity and torch_compile are not built for engine fsdp, tp, pp or ep here")
 
 
-def check_context_parallel(point: Any) -> None:
+def check_context_parallel(point: TrainPoint) -> None:
     """Refuse a context-parallel layout (cp above 1) that torch's ``context_parallel`` or the engine here
     cannot take; whether the device can is ``unsupported_on_device``'s.
 
@@ -143,7 +147,7 @@ def check_context_parallel(point: Any) -> None:
                              "context parallelism can shard; use cp 1")
 
 
-def check_expert_parallel(point: Any) -> None:
+def check_expert_parallel(point: TrainPoint) -> None:
     """Refuse an expert-parallel layout (ep above 1) that the model or the engine here cannot take.
 
     Raises:
@@ -174,7 +178,7 @@ def check_expert_parallel(point: Any) -> None:
             raise ParameterError(f"ep and {other} together are not built here; use one of them")
 
 
-def unsupported_on_device(point: Any, adapter: Any) -> str | None:
+def unsupported_on_device(point: TrainPoint, adapter: BaseAdapter) -> str | None:
     """Why the device cannot run the point's layout (recorded as ``unsupported`` before anything is
     allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``; expert
     parallelism: the engine's own (all-to-alls over torch.distributed), so not where the programming model
