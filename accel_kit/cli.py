@@ -20,7 +20,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                             progress=not args.quiet, rerun=args.rerun, **overrides)
     statuses: dict[str, int] = {}
     for rec in run.records:
-        statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
+        statuses[rec.status] = statuses.get(rec.status, 0) + 1
     table = run.summary()  # the notebook's table: units in the headers, a spread beside each throughput
     if not args.quiet and len(table):
         print(table)

@@ -33,7 +33,7 @@ import uuid
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Literal, get_args
 
 import pandas as pd
 
@@ -41,7 +41,8 @@ from accel_kit import SCHEMA_VERSION, __version__
 from accel_kit.errors import DataError
 from accel_kit.mesh import LAYOUT_DEFAULTS, mesh_label
 
-STATUSES = ("ok", "oom", "error", "unsupported", "skipped")
+#: A point's outcome, the one status type of records and of the engine's results (``accel_kit.engine.result``).
+Status = Literal["ok", "oom", "error", "unsupported", "skipped"]
 # What ``read_source`` reads as an archive of record files (its members read in memory, never extracted).
 ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 
@@ -59,7 +60,7 @@ class Record:
     study: str
     kind: str
     system: str
-    status: str
+    status: Status
     params: dict[str, Any]
     run_id: str
     device: str | None = None
@@ -76,17 +77,29 @@ class Record:
         default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
     def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.status not in get_args(Status):
+            raise ValueError(f"status must be one of {get_args(Status)}, got {self.status!r}")
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a record with status {self.status!r} needs a reason")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, in the order a records file has always written it."""
         return {name: getattr(self, name) for name in RECORD_FIELDS}
 
+    # Read by field name too, as the line of its records file reads (``engine.result.Result``'s way): a notebook's
+    # ``run.records[0]["metrics"]``. Read only: a record is frozen; the package itself reads its fields.
+    def __getitem__(self, name: str) -> Any:
+        if name not in RECORD_FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = getattr(self, name, None) if name in RECORD_FIELDS else None
+        return default if value is None else value
+
     @classmethod
-    def from_dict(cls, record: dict) -> "Record":
+    def from_dict(cls, record: dict[str, Any]) -> "Record":
+        """A line read back (any schema, ``upgrade``), typed; ValueError or TypeError where it is no record."""
         return cls(**{k: v for k, v in upgrade(record).items() if k in RECORD_FIELDS})
 
 
@@ -95,12 +108,12 @@ RECORD_FIELDS = ("schema_version", "record_id", "run_id", "timestamp", "study", 
                  "status", "reason", "params", "metrics", "times_s", "warmup_times_s", "env", "traceback")
 
 
-def make_record(*, study: str, system: str, status: str, params: dict[str, Any], run_id: str,
+def make_record(*, study: str, system: str, status: Status, params: dict[str, Any], run_id: str,
                 kind: str | None = None, device: str | None = None, model: str | None = None, reason: str | None = None,
                 metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
                 warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
-                traceback: str | None = None) -> dict:
-    """Build one record (a ``Record``, as its JSON object). ``status`` other than ok needs a ``reason``;
+                traceback: str | None = None) -> Record:
+    """Build one record. ``status`` other than ok needs a ``reason``;
     ``traceback`` keeps the full story.
 
     ``kind``: the point's kind (the sweep runner's ``accel_kit.engine.sweep.record_of`` always gives it;
@@ -110,7 +123,7 @@ def make_record(*, study: str, system: str, status: str, params: dict[str, Any],
     return Record(study=study, kind=kind or schema1_kind(study), system=system, status=status, params=params,
                   run_id=run_id, device=device, model=model, reason=reason,
                   metrics={k: _finite(v) for k, v in (metrics or {}).items()}, times_s=times_s or [],
-                  warmup_times_s=warmup_times_s or [], env=env or {}, traceback=traceback).to_dict()
+                  warmup_times_s=warmup_times_s or [], env=env or {}, traceback=traceback)
 
 
 def precision_text(params: dict) -> str:
@@ -181,7 +194,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def append_record(path: str | os.PathLike, record: dict, *, make_folder: bool = True) -> None:
+def append_record(path: str | os.PathLike, record: Record, *, make_folder: bool = True) -> None:
     """Append ``record`` to the JSON Lines file ``path`` (created if missing, with its folder unless
     ``make_folder`` is false: a sweep's folder removed mid-run is an error, not a fresh folder).
 
@@ -192,7 +205,7 @@ def append_record(path: str | os.PathLike, record: dict, *, make_folder: bool = 
     from accel_kit.atomic import output_errors
 
     path = Path(path)
-    line = (json.dumps(record, default=str, allow_nan=False) + "\n").encode()
+    line = (json.dumps(record.to_dict(), default=str, allow_nan=False) + "\n").encode()
     with output_errors(path, "records"):
         if make_folder:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -237,7 +250,7 @@ def _drop_partial_tail(fd: int) -> None:
     os.ftruncate(fd, 0)
 
 
-def iter_records(path: str | os.PathLike) -> Iterable[dict]:
+def iter_records(path: str | os.PathLike) -> Iterable[Record]:
     """Records from a .jsonl file or every .jsonl under a folder; incomplete lines are skipped."""
     path = Path(path)
     files = sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
@@ -246,22 +259,33 @@ def iter_records(path: str | os.PathLike) -> Iterable[dict]:
             yield from read_jsonl(f, str(file))
 
 
-def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[dict]:
-    """Records from the lines of one JSON Lines file (``name`` for messages); an incomplete
-    final line is skipped with a warning, a line that is not JSON is a one-line DataError."""
+# What makes a JSON line a record at all: a line without them is another tool's (skipped, not an error).
+IDENTITY_FIELDS = ("record_id", "study", "system", "status")
+
+
+def read_jsonl(lines: Iterable[bytes], name: str) -> Iterable[Record]:
+    """Records from the lines of one JSON Lines file (``name`` for messages), each in the current schema
+    (``Record.from_dict``): the one place a line becomes a ``Record``. An incomplete final line is skipped
+    with a warning, a JSON line without a record's ``IDENTITY_FIELDS`` is skipped, and a line that is not
+    JSON, or a record that does not read as one (an unknown status), is a one-line DataError."""
     for lineno, raw in enumerate(lines, 1):
         if not raw.endswith(b"\n"):
             warnings.warn(f"{name}:{lineno}: skipping an incomplete final record")
             continue
         if raw.strip():
             try:
-                record = json.loads(raw)
+                obj = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{name}:{lineno}: not a JSON record ({exc.msg})") from None
-            yield upgrade(record) if isinstance(record, dict) else record
+            if not isinstance(obj, dict) or not all(obj.get(k) for k in IDENTITY_FIELDS):
+                continue
+            try:
+                yield Record.from_dict(obj)
+            except (TypeError, ValueError) as exc:
+                raise DataError(f"{name}:{lineno}: not a valid record ({exc})") from None
 
 
-def read_source(path: str | Path) -> Iterator[dict]:
+def read_source(path: str | Path) -> Iterator[Record]:
     """Records from a folder (every .jsonl below it), a .jsonl file or an archive of either (its members
     read in memory, never extracted): what the cross-system report and the predictor's held-out check read."""
     path = Path(path)
@@ -277,7 +301,7 @@ def read_source(path: str | Path) -> Iterator[dict]:
         raise DataError(f"{path}: not a folder, a .jsonl file or an archive ({', '.join(ARCHIVES)})")
 
 
-def _archive_records(path: Path) -> Iterator[dict]:
+def _archive_records(path: Path) -> Iterator[Record]:
     try:
         if path.suffix == ".zip":
             with zipfile.ZipFile(path) as zf:
@@ -306,15 +330,15 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     return frame(iter_records(path))
 
 
-def frame(records: Iterable[dict]) -> pd.DataFrame:
+def frame(records: Iterable[Record]) -> pd.DataFrame:
     """Records as a DataFrame, flattened as ``load`` describes (the cross-system report reads
     records from several folders and archives, then frames them here)."""
     rows = []
     for rec in records:
-        row = {k: v for k, v in rec.items() if k not in ("params", "metrics", "env")}
-        row.update(rec.get("params", {}))
-        row.update(rec.get("metrics", {}))
-        row.update(_flatten(rec.get("env", {}), "env."))
+        row = {k: getattr(rec, k) for k in RECORD_FIELDS if k not in ("params", "metrics", "env")}
+        row.update(rec.params)
+        row.update(rec.metrics)
+        row.update(_flatten(rec.env, "env."))
         row["point_key"] = point_key_of(rec)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -330,12 +354,12 @@ def _flatten(d: dict, prefix: str) -> dict:
     return out
 
 
-def point_key_of(record: dict) -> str:
+def point_key_of(record: Record) -> str:
     """The one identity of "the same point": the sweep's ``params.point_key`` (``Point.key()``, a hash of
     every field that determines the measurement), which resume, the study tables, the figures, the
     findings, the report and the predictor all group by. A record written before the sweep stored it:
     a hash of its parameters, so an old record keeps one key of its own, the same every time it is read."""
-    params = record.get("params") or {}
+    params = record.params or {}
     key = params.get("point_key")
     if key:
         return str(key)

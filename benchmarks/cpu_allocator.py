@@ -54,9 +54,9 @@ def main() -> int:
                     run = studies.run_study(study, "cpu", "quick", output_dir=out / f"{name}-{k}".replace(" ", "-"),
                                             progress=False, **extra)
                     for rec in run.records:
-                        if rec["status"] != "ok":
+                        if rec.status != "ok":
                             continue
-                        p, m = rec["params"], rec["metrics"]
+                        p, m = rec.params, rec.metrics
                         point = (study, p["micro_batch_size"], p["gas"], p["seq_len"])
                         step_s.setdefault(point, {}).setdefault(name, []).append(m["step_time_s"])
                         mem_gib.setdefault(point, {}).setdefault(name, []).append(m["mem_peak_gib"])

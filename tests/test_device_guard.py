@@ -57,6 +57,22 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _chain(node: ast.AST) -> str | None:
+    """``a.b().c`` for a chain of names, attributes and calls (``adapter.torch_device().type``): what ``_dotted``
+    reads, with a call's result passed through; None for anything else."""
+    parts = []
+    while isinstance(node, (ast.Attribute, ast.Call)):
+        if isinstance(node, ast.Call):
+            parts.append("()")
+            node = node.func
+        else:
+            parts.append("." + node.attr)
+            node = node.value
+    if isinstance(node, ast.Name):
+        return node.id + "".join(reversed(parts))
+    return None
+
+
 def _is_str(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str)
@@ -64,14 +80,15 @@ def _is_str(node: ast.AST) -> bool:
 
 
 def _device_compare(node: ast.Compare) -> str | None:
-    """A comparison that branches on which device this is: ``x.type == "..."``, ``device.type != other``,
-    ``adapter.name == ...``, ``system.adapter in (...)``; None for any other (``is None`` included)."""
+    """A comparison that branches on which device this is: ``x.type == "..."`` (``"cpu"`` too),
+    ``device.type != other``, ``adapter.torch_device().type != "cpu"`` (a call's result), ``adapter.name == ...``,
+    ``system.adapter in (...)``; None for any other (``is None`` included)."""
     if not all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
         return None
     operands = [node.left, *node.comparators]
     with_str = any(_is_str(o) for o in operands)
     for o in operands:
-        name = _dotted(o) or ""
+        name = _chain(o) or ""
         if name.endswith(".type") and (with_str or "device" in name):
             return f"{name} compared"
         if name.endswith("adapter.name") or name.endswith(".adapter"):
@@ -125,10 +142,13 @@ def test_the_guard_sees_device_knowledge_in_code_and_not_in_prose(tmp_path):
                      "    import habana_frameworks.torch.core\n"
                      "    if adapter.name == 'cerebras' or adapter is None: pass\n"
                      "    y = system.adapter != other and samba.run()\n"
+                     "    z = adapter.torch_device().type != 'cpu' or ctx.device.type in ('cpu', 'meta')\n"
+                     "    w = node.type == kind or adapter.torch_device(0).type\n"
                      "    return f'{device}:csx-kind', 'cpu', 'hpu_backend'\n")
     found = {(line, word) for line, word, _ in device_knowledge(probe)}
     assert found == {(5, "compare"), (5, "cuda"), (6, "cuda"), (7, "cudnn"), (8, "habana_frameworks"),
-                     (9, "compare"), (9, "cerebras"), (10, "compare"), (10, "samba"), (11, "csx"), (11, "hpu")}
+                     (9, "compare"), (9, "cerebras"), (10, "compare"), (10, "samba"), (11, "compare"),
+                     (13, "csx"), (13, "hpu")}
 
 
 def test_no_code_outside_devices_holds_device_knowledge():

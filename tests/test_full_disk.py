@@ -104,7 +104,8 @@ def test_a_figure_on_a_full_disk_is_one_line_and_leaves_the_old_one(monkeypatch,
 
 def test_an_error_that_is_not_the_disks_keeps_its_traceback(tmp_path):
     with pytest.raises(IsADirectoryError):
-        results.append_record(tmp_path, {"a": 1})  # a folder given as the records file: a bug, not the disk
+        record = results.make_record(study="s", system="cpu", status="ok", params={}, run_id="r")
+        results.append_record(tmp_path, record)  # a folder given as the records file: a bug, not the disk
 
 
 def _size_limit(limit_bytes: int):

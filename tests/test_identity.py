@@ -7,6 +7,7 @@ stores it, so these take milliseconds.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -22,19 +23,17 @@ def _key(params: dict) -> str:
 
 
 def _gas(tokens_per_s: float, *, gas_steps: int, seq_len: int, times=STEADY, run_id="r1", timestamp=None,
-         metrics=None) -> dict:
+         metrics=None) -> results.Record:
     p = dict(kind="train", preset="gpt2-debug", precision="fp32", devices=1, micro_batch_size=1, gas=gas_steps,
              seq_len=seq_len, engine="ddp", tp=1, pp=1, cp=1, steps=2, profile="smoke")
     p["point_key"] = _key({k: v for k, v in p.items() if k != "profile"})
     rec = results.make_record(study="gas", system="cpu", status="ok", run_id=run_id, params=p, times_s=list(times),
                               metrics=dict(tokens_per_s=tokens_per_s, samples_per_s=tokens_per_s / seq_len,
                                            global_batch_size=gas_steps, trials=len(times)) | (metrics or {}))
-    if timestamp:
-        rec["timestamp"] = timestamp
-    return rec
+    return dataclasses.replace(rec, timestamp=timestamp) if timestamp else rec
 
 
-def _block(tflops: float, *, preset: str, batch_size: int, direction: str, run_id="r1") -> dict:
+def _block(tflops: float, *, preset: str, batch_size: int, direction: str, run_id="r1") -> results.Record:
     p = dict(kind="block", impl="native", precision="fp32", batch_size=batch_size, direction=direction, seq_len=32,
              preset=preset, warmup=1, trials=5)
     p["point_key"] = _key(p)
@@ -42,13 +41,13 @@ def _block(tflops: float, *, preset: str, batch_size: int, direction: str, run_i
                                times_s=NOISY, metrics=dict(tflops=tflops, trials=5))
 
 
-def _two_presets() -> list[dict]:
+def _two_presets() -> list[results.Record]:
     return [_block(1.0 + b + (10 if preset == "llama3-debug" else 0), preset=preset, batch_size=b, direction=d,
                    run_id=preset)
             for preset in ("gpt2-debug", "llama3-debug") for b in (1, 2) for d in ("forward", "forward_backward")]
 
 
-def _two_lengths() -> list[dict]:
+def _two_lengths() -> list[results.Record]:
     return [_gas(1000.0 * g * (2 if s == 64 else 1), gas_steps=g, seq_len=s, run_id=f"s{s}")
             for s in (32, 64) for g in (1, 2)]
 
@@ -57,8 +56,11 @@ def test_an_old_record_keeps_a_key_of_its_own_and_load_always_fills_the_column(t
     new = _gas(1.0, gas_steps=1, seq_len=32)
     old = results.make_record(study="gas", system="cpu", status="ok", run_id="r0", params=dict(gas=2, seq_len=32),
                               metrics={})
-    assert results.point_key_of(new) == new["params"]["point_key"]
-    assert results.point_key_of(old) == results.point_key_of(json.loads(json.dumps(old)))  # the same every read
+    assert results.point_key_of(new) == new.params["point_key"]
+    def read(rec):  # as a records file gives it back
+        return results.Record.from_dict(json.loads(json.dumps(rec.to_dict())))
+
+    assert results.point_key_of(read(old)) == results.point_key_of(read(read(old)))  # the same every read
     for rec in (new, old):
         results.append_record(tmp_path / "gas" / "cpu.jsonl", rec)
     df = results.load(tmp_path)
@@ -117,7 +119,7 @@ def test_two_sequence_lengths_are_separate_rows_of_the_reports_figure_6_table():
     assert len(spreads) == 4 and all(c.measured for c in spreads)  # the notebook's spread, in the report too
 
 
-def collect_from(recs: list[dict]):
+def collect_from(recs: list[results.Record]):
     from accel_kit.report.records import RecordSet
 
     return RecordSet(recs, [])
@@ -149,7 +151,7 @@ def test_a_reason_shared_by_many_cells_is_one_whole_note_under_the_report_table(
            "or a CPU without RAPL")
     recs = _two_lengths()
     for rec in recs:
-        rec["metrics"] |= {"tokens_per_j": None, "energy_reason": why}
+        rec.metrics.update(tokens_per_j=None, energy_reason=why)
     ctx = Context(collect_from(recs))
     (table,) = figures.figure_6_gas(ctx).tables
     page = table.html(Citations(ctx.records.by_id))
@@ -163,7 +165,7 @@ def test_the_report_marks_a_busy_point_and_says_what_the_mark_means():
     from accel_kit.report.context import Context
 
     recs = _two_lengths()
-    recs[1]["metrics"] |= {"machine_busy": True, "load_others_cpu_pct": 40.0}
+    recs[1].metrics.update(machine_busy=True, load_others_cpu_pct=40.0)
     (table,) = figures.figure_6_gas(Context(collect_from(recs))).tables
     marked = [cells[0].text for key, cells in table.rows if key[-1] == "tokens/s" and BUSY_MARK in cells[0].text]
     assert len(marked) == 1 and BUSY_NOTE.split(":")[0] in table.caption

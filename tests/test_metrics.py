@@ -102,14 +102,14 @@ def test_a_name_declared_twice_must_agree():
 
 def test_records_name_their_kind_and_old_ones_load(tmp_path):
     rec = results.make_record(study="gas", system="cpu", status="ok", params={}, run_id="r", metrics={})
-    assert rec["schema_version"] == SCHEMA_VERSION == 2 and rec["kind"] == "train"
-    assert results.make_record(study="microbenchmark", system="cpu", status="ok", params={}, run_id="r")["kind"] == "block"
-    old = {k: v for k, v in rec.items() if k != "kind"} | {"schema_version": 1, "study": "microbenchmark"}
+    assert rec.schema_version == SCHEMA_VERSION == 2 and rec.kind == "train"
+    assert results.make_record(study="microbenchmark", system="cpu", status="ok", params={}, run_id="r").kind == "block"
+    old = {k: v for k, v in rec.to_dict().items() if k != "kind"} | {"schema_version": 1, "study": "microbenchmark"}
     path = tmp_path / "old.jsonl"
-    path.write_text(json.dumps(old) + "\n" + json.dumps(rec) + "\n")
+    path.write_text(json.dumps(old) + "\n" + json.dumps(rec.to_dict()) + "\n")
     df = results.load(path)
     assert list(df["kind"]) == ["block", "train"]
-    assert [r["kind"] for r in results.iter_records(path)] == ["block", "train"]
+    assert [r.kind for r in results.iter_records(path)] == ["block", "train"]
 
 
 @pytest.mark.parametrize("name", ["tokens_per_s", "mfu_pct", "mem_peak_gib"])

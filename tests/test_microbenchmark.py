@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import sys
@@ -131,7 +132,7 @@ def test_kill_and_resume(out_dir):
 def test_table_and_figures_cover_several_systems(out_dir):
     run = _run(measure_peak=False, precisions=["bf16"], batch_sizes=[2])
     # a second system's records in the same folder get their own bars
-    other = [dict(r, system="mi250", record_id=r["record_id"] + "x") for r in run.records]
+    other = [dataclasses.replace(r, system="mi250", record_id=r.record_id + "x") for r in run.records]
     for rec in other:
         results.append_record(run.study_dir / "mi250.jsonl", rec)
     figs = run.figures()

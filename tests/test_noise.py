@@ -5,6 +5,7 @@ not by running studies, so these take milliseconds.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ STEADY = [1.0, 1.0, 1.0, 1.0, 1.0]
 NOISY = [1.0, 1.3, 0.75, 1.0, 1.25]  # IQR of the rate: about 20 % of it
 
 
-def _train(study: str, tokens_per_s: float, times=STEADY, *, run_id="r1", timestamp=None, **params) -> dict:
+def _train(study: str, tokens_per_s: float, times=STEADY, *, run_id="r1", timestamp=None, **params) -> results.Record:
     p = dict(preset="gpt2-small", precision="bf16", precision_requested="auto",
              precision_reason="auto: bf16 (2.2x faster than fp32 here)", devices=1, micro_batch_size=4, gas=1,
              seq_len=1024) | params
@@ -27,9 +28,7 @@ def _train(study: str, tokens_per_s: float, times=STEADY, *, run_id="r1", timest
         metrics=dict(tokens_per_s=tokens_per_s, samples_per_s=tokens_per_s / p["seq_len"],
                      tokens_per_s_per_device=tokens_per_s, global_batch_size=p["micro_batch_size"] * p["gas"],
                      mfu_measured_pct=12.3456, mem_peak_gib=1.23456, time_cv=0.2, noisy=True, trials=len(times)))
-    if timestamp:
-        rec["timestamp"] = timestamp
-    return rec
+    return dataclasses.replace(rec, timestamp=timestamp) if timestamp else rec
 
 
 def _gas_records(top=4400.0, times=STEADY):
@@ -173,7 +172,7 @@ def test_a_run_that_measured_nothing_says_so_and_rerun_measures_again(tmp_path, 
     assert len(calls) == 1  # resumed: the recorded point is not measured again
     line = again.reuse_line()
     assert line.startswith("Nothing was measured now: all 1 points were recorded before (")
-    assert first[0]["timestamp"][:10] in line and "rerun = True" in line and "-p rerun true" in line
+    assert first[0].timestamp[:10] in line and "rerun = True" in line and "-p rerun true" in line
     assert "accel-kit run gas --system cpu --profile quick --rerun" in line
     fresh = studies.StudyRun("gas", "cpu", "r3", path.parent,
                              sweep.run_sweep("gas", [point], records_path=path, run_id="r3", extra_params={},
@@ -220,8 +219,8 @@ def test_the_report_findings_call_no_difference_inside_the_noise():
     from accel_kit.report.records import RecordSet
 
     recs = [_train("gas", 1000.0, NOISY, gas=1), _train("gas", 1100.0, NOISY, gas=4)]
-    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin",
-                 metrics=dict(r["metrics"], tokens_per_s=r["metrics"]["tokens_per_s"] * 1.05)) for r in recs]
+    twin = [dataclasses.replace(r, record_id=r.record_id[::-1], system="cpu-twin",
+                                metrics=dict(r.metrics, tokens_per_s=r.metrics["tokens_per_s"] * 1.05)) for r in recs]
     ctx = Context(RecordSet(recs + twin, []))
     (fastest,) = findings.fastest(ctx)
     assert "no system is faster beyond the noise at any of the 2 points" in fastest and "within noise (1.05x" in fastest
@@ -229,14 +228,14 @@ def test_the_report_findings_call_no_difference_inside_the_noise():
     assert len(gains) == 2 and all("GAS 4 against GAS 1: within noise (1.10x" in g for g in gains), gains
 
 
-def _sparse(tokens_per_s: float, s: float, times=NOISY, *, run_id="r1", timestamp=None, tokens_per_j=None) -> dict:
+def _sparse(tokens_per_s: float, s: float, times=NOISY, *, run_id="r1", timestamp=None, tokens_per_j=None) -> results.Record:
     """A sparsity record that is both a throughput and a loss-curve run (30 steps, the same batches)."""
     p = dict(sparsity=s, sparsity_pattern="unstructured", steps=30, warmup_steps=10, loss_steps=30,
              loss_warmup_steps=10, sparse_kernels="dense", dense_finetune_steps=0, data=None, presets=["gpt2-small"])
     rec = _train("sparsity", tokens_per_s, times, run_id=run_id, timestamp=timestamp, **p)
     # Loss falls 0.01 a step, the sparse run's by (1 + s/50), with a batch-to-batch wobble the dense run lacks.
-    rec["metrics"] |= dict(losses=[(3.0 - 0.01 * i) * (1 + s / 50) + 0.01 * (i * 7 % 3) * (s > 0) for i in range(30)],
-                           flops_dense_equivalent=1.0, flops_effective=1.0 - s, tokens_per_j=tokens_per_j)
+    rec.metrics.update(losses=[(3.0 - 0.01 * i) * (1 + s / 50) + 0.01 * (i * 7 % 3) * (s > 0) for i in range(30)],
+                       flops_dense_equivalent=1.0, flops_effective=1.0 - s, tokens_per_j=tokens_per_j)
     return rec
 
 
@@ -308,9 +307,9 @@ def test_the_reports_tables_have_a_spread_below_each_throughput_and_fit_the_page
             + [_train("seq_length", 3221.319133, NOISY, seq_len=s) for s in (256, 1024, 4096)]
             + [_train("genslm", 100.0, NOISY, seq_len=s, preset="genslm-25m", vocab_size=71) for s in (512, 1024)])
     for r in recs:
-        r["metrics"]["samples_per_s_mean"] = r["metrics"]["samples_per_s"]
+        r.metrics["samples_per_s_mean"] = r.metrics["samples_per_s"]
     # A second system, steady and measured once: its spread cells say the noise was not measured.
-    twin = [dict(r, record_id=r["record_id"][::-1], system="cpu-twin", times_s=[1.0]) for r in recs]
+    twin = [dataclasses.replace(r, record_id=r.record_id[::-1], system="cpu-twin", times_s=[1.0]) for r in recs]
     ctx = Context(RecordSet(recs + twin, []))
     (table,) = getattr(report_tables, section)(ctx).tables
     names = [key[-1] for key, _ in table.rows]

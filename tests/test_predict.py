@@ -6,7 +6,7 @@ import uuid
 import numpy as np
 import pytest
 
-from accel_kit import studies
+from accel_kit import results, studies
 from accel_kit.cli import main as cli_main
 from accel_kit.predict import comm, held_out, load_records, resolve_params, what_if
 from accel_kit.predict.heldout import error_summary
@@ -75,13 +75,13 @@ def test_gradient_bytes_follow_the_precision_the_model_is_held_in():
 # ------------------------------------------------------------------ the fit, on a known answer
 
 def _record(system, study, shape, step_s, mem_gib, threads=2):
-    return {"record_id": uuid.uuid4().hex, "system": system, "study": study, "status": "ok",
-            "params": {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
+    return results.Record(**{"record_id": uuid.uuid4().hex, "system": system, "study": study, "status": "ok",
+            "kind": "train", "run_id": "r", "params": {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len,
                        "micro_batch_size": shape.layout.micro_batch_size, "gas": shape.layout.gas,
                        "devices": shape.layout.devices,
                        "precision": shape.precision, "engine": "ddp", "point_key": uuid.uuid4().hex[:16]},
             "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"},
-            "env": {"device": {"threads": threads}}}
+            "env": {"device": {"threads": threads}}})
 
 
 def test_leave_one_out_is_exact_when_times_follow_the_model():

@@ -1,13 +1,14 @@
 """The inference predictor: on records whose times follow the model exactly it recovers the rates and predicts
 exactly (leave-one-out too); on records of a real tiny inference run it predicts finite, positive TTFT and TPOT,
 with a held-out error, and the what-if shows it."""
+import dataclasses
 import math
 import uuid
 
 import numpy as np
 import pytest
 
-from accel_kit import studies
+from accel_kit import results, studies
 from accel_kit.predict import load_records, resolve_params, what_if
 from accel_kit.predict.inference import (TPOT_TERMS, TTFT_TERMS, InferencePredictor, error_summary, fit_inference,
                                          generation_shape, held_out, shape_of_record)
@@ -20,9 +21,10 @@ POINTS = [("gpt2-debug", 1, 8, 4), ("gpt2-debug", 4, 16, 4), ("gpt2-debug", 8, 8
           ("gpt2-small", 1, 8, 4), ("gpt2-small", 4, 32, 8), ("llama3-small", 2, 8, 4)]
 
 
-def _record(system: str, shape, ttft_s: float, tpot_s: float | None, threads: int = 2) -> dict:
+def _record(system: str, shape, ttft_s: float, tpot_s: float | None, threads: int = 2) -> results.Record:
     """A generate record as the kind writes it (the counts the family gives, times from the rates)."""
-    return {"record_id": uuid.uuid4().hex, "system": system, "study": "inference", "kind": "generate", "status": "ok",
+    return results.Record(**{"record_id": uuid.uuid4().hex, "system": system, "study": "inference", "kind": "generate",
+            "status": "ok", "run_id": "r",
             "params": {"kind": "generate", "preset": shape.preset, "precision": shape.precision,
                        "batch_size": shape.batch_size, "input_len": shape.input_len, "output_len": shape.output_len,
                        "point_key": uuid.uuid4().hex[:16]},
@@ -30,10 +32,10 @@ def _record(system: str, shape, ttft_s: float, tpot_s: float | None, threads: in
                         "prefill_flops": shape.prefill_flops,
                         "decode_flops": shape.decode_flops_per_step * (shape.output_len - 1),
                         "decode_bytes": shape.decode_bytes_per_step * (shape.output_len - 1)},
-            "env": {"device": {"threads": threads}}}
+            "env": {"device": {"threads": threads}}})
 
 
-def _exact_records(system: str = "cpu") -> list[dict]:
+def _exact_records(system: str = "cpu") -> list[results.Record]:
     shapes = [generation_shape(p, batch_size=b, input_len=t, output_len=n, precision="fp32") for p, b, t, n in POINTS]
     return [_record(system, s, float(s.ttft_work() @ TTFT_RATES), float(s.tpot_work() @ TPOT_RATES)) for s in shapes]
 
@@ -54,7 +56,7 @@ def test_the_fit_recovers_the_rates_when_times_follow_the_model():
 
 
 def test_leave_one_out_is_exact_when_times_follow_the_model_and_other_systems_are_ignored():
-    records = _exact_records() + [dict(r, record_id=uuid.uuid4().hex, metrics=dict(r["metrics"], ttft_s=9.0))
+    records = _exact_records() + [dataclasses.replace(r, record_id=uuid.uuid4().hex, metrics=dict(r.metrics, ttft_s=9.0))
                                   for r in _exact_records("other")][:2]
     df = held_out(records, ["cpu"])
     assert len(df) == len(POINTS) and df["predicted_ttft_s"].notna().all() and df["predicted_tpot_s"].notna().all()
@@ -65,7 +67,7 @@ def test_leave_one_out_is_exact_when_times_follow_the_model_and_other_systems_ar
 
 def test_a_point_run_twice_is_left_out_whole_and_judged_by_the_median_of_its_runs():
     records = _exact_records()
-    twice = dict(records[0], record_id=uuid.uuid4().hex, metrics=dict(records[0]["metrics"]))
+    twice = dataclasses.replace(records[0], record_id=uuid.uuid4().hex, metrics=dict(records[0].metrics))
     twice["metrics"]["ttft_s"] *= 3  # a noisy second run of the first point: the median of the two
     df = held_out(records + [twice], ["cpu"])
     row = df[df["runs"] == 2].iloc[0]

@@ -7,6 +7,7 @@ import uuid
 import numpy as np
 import pytest
 
+from accel_kit import results
 from accel_kit.cli import main as cli_main
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
@@ -64,9 +65,10 @@ def _record(shape, step_s, mem_gib=0.5):
               "micro_batch_size": lay.micro_batch_size, "gas": lay.gas, "devices": lay.devices,
               "precision": shape.precision, "engine": lay.engine, "tp": lay.tp, "pp": lay.pp,
               "pp_microbatches": lay.pp_microbatches, "pp_schedule": lay.pp_schedule, "point_key": uuid.uuid4().hex[:16]}
-    return {"record_id": uuid.uuid4().hex, "system": "cpu", "study": "scaling", "status": "ok", "params": params,
-            "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"},
-            "env": {"device": {"threads": 2}}}
+    return results.Record(record_id=uuid.uuid4().hex, system="cpu", study="scaling", kind="train", status="ok",
+                          run_id="r", params=params,
+                          metrics={"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"},
+                          env={"device": {"threads": 2}})
 
 
 RATES = np.zeros(len(TERMS))

@@ -188,8 +188,9 @@ def test_report_opens_offline_in_chromium_with_every_table_and_figure(machines, 
     assert not errors, "\n".join(errors)
 
 
-def _copy_with_rerun(src: Path, dst: Path) -> dict:
-    """``src`` copied to ``dst``, plus a later record of one point (a re-run that failed), marked as written here."""
+def _copy_with_rerun(src: Path, dst: Path) -> tuple[results.Record, str]:
+    """``src`` copied to ``dst``, plus a later record of one point (a re-run that failed), marked as written here;
+    the re-run's record and the id of the record it replaces."""
     shutil.copytree(src, dst)
     path = dst / "gas" / "cpu.jsonl"
     first = next(iter(results.iter_records(path)))
@@ -198,20 +199,20 @@ def _copy_with_rerun(src: Path, dst: Path) -> dict:
                                 params=first["params"], device=first["device"], model=first["model"],
                                 env=first["env"])
     results.append_record(path, rerun)
-    return rerun | {"replaces": first["record_id"]}
+    return rerun, first.record_id
 
 
 @pytest.mark.slow  # needs the machines fixture: real tiny runs of every study, minutes on a small machine
 def test_merge_keeps_each_record_once_and_each_points_latest(machines, tmp_path):
     a, b = machines
-    rerun = _copy_with_rerun(a, tmp_path / "a-again")
+    rerun, replaced = _copy_with_rerun(a, tmp_path / "a-again")
     rs = report.records.collect([a, b, tmp_path / "a-again"])
     n_a = sum(1 for _ in results.iter_records(a))
     n_b = sum(1 for _ in results.iter_records(b))
     assert rs.duplicates == n_a  # A's records read twice count once
     assert rs.superseded == 1 and len(rs.records) == n_a + n_b
     ids = set(rs.by_id)
-    assert rerun["record_id"] in ids and rerun["replaces"] not in ids
+    assert rerun.record_id in ids and replaced not in ids
     by_run = report.records.collect([a, b, tmp_path / "a-again"], by_run=True)
     runs = {(r["system"], r["run_id"]) for r in [*results.iter_records(tmp_path / "a-again"), *results.iter_records(b)]}
     assert len(by_run.records) == n_a + n_b + 1 and len(by_run.systems) == len(runs)  # a column per run
@@ -317,16 +318,22 @@ def test_notebook_declares_exactly_the_report_parameters():
     assert names == list(report.NOTEBOOK_NAMES)
 
 
+def _rec(record_id: str, metrics: dict) -> results.Record:
+    """A hand-made ok record of ``metrics``, for the cell logic."""
+    return results.Record(study="gas", kind="train", system="cpu", status="ok", params={}, run_id="r",
+                          record_id=record_id, metrics=metrics)
+
+
 def test_energy_cells_show_the_reading_or_the_records_reason():
     # Cell logic only, on hand-made metrics (this CPU exposes no energy counter to measure with).
     from accel_kit.report import cells
 
-    cell = cells.energy()(None, None, {"record_id": "r1", "metrics": {"tokens_per_j": 1234.5, "energy_j": 2.0}})
+    cell = cells.energy()(None, None, _rec("r1", {"tokens_per_j": 1234.5, "energy_j": 2.0}))
     assert cell.measured and cell.text == "1,234" and cell.records == ("r1",)
-    cell = cells.energy("flops")(None, None, {"record_id": "r2", "metrics": {
-        "flops_per_j": None, "energy_j": None, "energy_reason": "no RAPL counters (/sys/class/powercap absent)"}})
+    cell = cells.energy("flops")(None, None, _rec("r2", {
+        "flops_per_j": None, "energy_j": None, "energy_reason": "no RAPL counters (/sys/class/powercap absent)"}))
     assert cell.status == "not measured" and cell.reason.startswith("no RAPL counters")
-    cell = cells.energy()(None, None, {"record_id": "r3", "metrics": {"tokens_per_s": 10.0}})
+    cell = cells.energy()(None, None, _rec("r3", {"tokens_per_s": 10.0}))
     assert cell.status == "not measured" and "no energy fields" in cell.reason
 
 
@@ -346,11 +353,10 @@ def test_page_sections_tables_and_figures_in_the_papers_order(machines, tmp_path
 def test_models_table_shows_active_beside_total_parameters(machines, tmp_path):
     from accel_kit.report.models_section import _cells
 
-    moe = {"record_id": "r1", "metrics": {"family": "moe", "n_layers": 32, "hidden_size": 4096,
-                                          "n_params": 46_702_792_704, "n_params_active": 12_879_921_152,
-                                          "n_experts": 8, "experts_per_token": 2, "n_shared_experts": 0}}
+    moe = _rec("r1", {"family": "moe", "n_layers": 32, "hidden_size": 4096, "n_params": 46_702_792_704,
+                      "n_params_active": 12_879_921_152, "n_experts": 8, "experts_per_token": 2, "n_shared_experts": 0})
     assert [c.text for c in _cells(moe)] == ["moe", "32 x 4096", "46.7B", "12.9B (28%)", "8, 2, 0"]
-    dense = {"record_id": "r2", "metrics": {"family": "gpt2", "n_layers": 2, "hidden_size": 64, "n_params": 110_336}}
+    dense = _rec("r2", {"family": "gpt2", "n_layers": 2, "hidden_size": 64, "n_params": 110_336})
     assert [c.text for c in _cells(dense)][2:] == ["110,336", "110,336", "dense"]
     # on the page: one row per model that trained, citing its record
     text = report.build_report(list(machines), out=tmp_path / "r.html").path.read_text()
@@ -366,8 +372,8 @@ def test_the_serve_table_spreads_a_load_over_its_runs_and_names_each_load():
     from accel_kit.report.inference_section import inference_section
     from accel_kit.report.records import RecordSet
 
-    def rec(i: int, key: str, tokens_per_s: float, concurrency=None, rate=None) -> dict:
-        return {"record_id": f"serve{i}", "run_id": f"run{i}", "timestamp": f"2026-01-0{i}T00:00:00",
+    def rec(i: int, key: str, tokens_per_s: float, concurrency=None, rate=None) -> results.Record:
+        return results.Record(**{"record_id": f"serve{i}", "run_id": f"run{i}", "timestamp": f"2026-01-0{i}T00:00:00",
                 "study": "inference", "kind": "serve", "system": "cpu", "status": "ok",
                 "params": {"kind": "serve", "point_key": key, "preset": "gpt2-debug", "precision": "fp32",
                            "engine": "transformers", "prompt_tokens": 8, "output_tokens": 4,
@@ -375,7 +381,7 @@ def test_the_serve_table_spreads_a_load_over_its_runs_and_names_each_load():
                 "metrics": {"serve_output_tokens_per_s": tokens_per_s, "serve_requests_per_s": tokens_per_s / 4,
                             "serve_ttft_p50_s": 0.01, "serve_ttft_p99_s": 0.02, "serve_tpot_p50_s": 0.003,
                             "serve_tpot_p99_s": 0.004, "goodput_requests_per_s": tokens_per_s / 4,
-                            "goodput_pct": 100.0, "slo_ttft_s": 2.0, "slo_tpot_s": 0.1}}
+                            "goodput_pct": 100.0, "slo_ttft_s": 2.0, "slo_tpot_s": 0.1}})
 
     runs = [rec(1, "c1", 10.0, concurrency=1), rec(2, "c1", 12.0, concurrency=1), rec(3, "c4", 30.0, concurrency=4),
             rec(4, "r2", 20.0, rate=2.0)]

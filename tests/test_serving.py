@@ -75,10 +75,8 @@ class _CPUAdapter:
     def unsupported(self, kind, point):
         return None
 
-    def torch_device(self, index=0):
-        import torch
-
-        return torch.device("cpu")
+    def is_host_cpu(self):
+        return True
 
 
 def test_vllm_on_cpu_without_a_kernel_for_the_head_width_is_unsupported():
@@ -285,14 +283,13 @@ def test_a_studys_serve_points_are_records_resumed_and_unsupported_where_they_ca
               SM.ServePoint(preset="genslm-debug", concurrency=1, **base),
               SM.ServePoint(preset="gpt2-debug", request_rate=5.0, **base)]
     path = tmp_path / "out" / "inference" / "cpu.jsonl"
-    kw = dict(records_path=path, run_id="r1", extra_params={"profile": "test"})
-    from accel_kit.systems import load_system
+    kw = dict(records_path=path, extra_params={"profile": "test"}, timeout_s=60, progress=False)
+    from accel_kit.engine.sweep import run_sweep
 
-    adapter = load_system("cpu").device_adapter()
-    recs = SM.run_serve_points("inference", points, adapter, **kw)
-    assert [r["status"] for r in recs] == ["error", "unsupported", "error"]
-    assert "vocabulary of 71 ids" in recs[1]["reason"] and recs[0]["kind"] == "serve"
+    recs = run_sweep("inference", points, run_id="r1", **kw)  # through the sweep, in its process: one server a group
+    assert [r.status for r in recs] == ["error", "unsupported", "error"]
+    assert "vocabulary of 71 ids" in recs[1].reason and recs[0].kind == "serve"
     assert len(list(results.iter_records(path))) == 3 and len(groups) == 2 and all(_gone(g) for g in groups)
-    again = SM.run_serve_points("inference", points, adapter, **kw)  # resumed as the sweep resumes: errors run again
-    assert again[1]["record_id"] == recs[1]["record_id"] and again[0]["record_id"] != recs[0]["record_id"]
+    again = run_sweep("inference", points, run_id="r2", **kw)  # the sweep's resume: errors run again
+    assert again[1].record_id == recs[1].record_id and again[0].record_id != recs[0].record_id
     assert len(groups) == 4 and all(_gone(g) for g in groups)

@@ -161,6 +161,12 @@ class BaseAdapter:
         """Host threads each of ``ranks`` local processes should use; None: leave the default."""
         return None
 
+    def is_host_cpu(self) -> bool:
+        """Whether this device is the host's own CPU: an engine then runs its CPU build here, with that build's
+        limits (vLLM's CPU attention kernels, ``accel_kit.engine.serve_measure.unsupported_serve``). False for
+        an accelerator, whatever torch device its client process holds."""
+        return False
+
     def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
         """(environment variables, optimizer params) DeepSpeed needs on this device."""
         return {}, {}

@@ -166,6 +166,9 @@ class CPUAdapter(BaseAdapter):
     def torch_device(self, index: int = 0) -> torch.device:
         return torch.device("cpu")
 
+    def is_host_cpu(self) -> bool:
+        return True
+
     def synchronize(self) -> None:
         # CPU kernels run synchronously in the calling thread pool: nothing is queued.
         pass

@@ -16,15 +16,18 @@ microbenchmark point calls ``make_block_step``. A new kind adds its own method h
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
 
+if TYPE_CHECKING:
+    from accel_kit.engine.point import BlockPoint, TrainPoint
 
-def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
+
+def point_batches(point: TrainPoint, vocab_size: int, rank: int) -> Any:
     """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows).
 
     A module-level function, so that a vendor's input workers can be handed it by name (it pickles).
@@ -36,7 +39,7 @@ def point_batches(point: Any, vocab_size: int, rank: int) -> Any:
     return open_batches(point.data_path, point.micro_batch_size, point.seq_len, seed=point.seed, rank=rank)
 
 
-def shards_before_allocating(point: Any) -> bool:
+def shards_before_allocating(point: TrainPoint) -> bool:
     """Whether a training point's model is built on the meta device and sharded before it is allocated: FSDP2 or
     tensor parallelism (not within pipeline stages, whose split renames the blocks, nor with expert parallelism,
     whose shards are cut from a whole model), for a family drawn by parameter name."""
@@ -71,14 +74,14 @@ class EagerModel:
         self.adapter = adapter
 
     @staticmethod
-    def deepspeed_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, world: int,
-                          adapter: Any, **kwargs: Any) -> Any:
+    def deepspeed_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any,
+                          world: int, adapter: Any, **kwargs: Any) -> Any:
         """DeepSpeed's engine as a trainer (imported only when a point asks for it)."""
         from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
 
         return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
 
-    def build_model(self, point: Any, device: torch.device, **overrides: Any) -> nn.Module:
+    def build_model(self, point: TrainPoint, device: torch.device, **overrides: Any) -> nn.Module:
         """The point's freshly built fp32 model (seed the generator first) on ``device``; for a layout that shards
         it first (``shards_before_allocating``), on the meta device with its initialisation pending:
         ``make_trainer`` shards it, then allocates and draws each rank's part (``materialize_deferred``), so no
@@ -90,7 +93,7 @@ class EagerModel:
             return build_deferred(point.preset, **kwargs)
         return build_model(point.preset, device=device, **kwargs)
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPoint, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it (before sparsity and trainer).
         ``build_model`` builds it on ``device`` already; ``.to`` places one built elsewhere. A model still on the
         meta device (``build_deferred``) is cast there and placed when ``make_trainer`` has sharded it."""
@@ -102,7 +105,7 @@ class EagerModel:
             return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
         return step_module.cast_for_precision(model, point.precision)
 
-    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+    def make_sparsity(self, model: nn.Module, point: TrainPoint, device: torch.device) -> Any:
         """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
         ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
         from accel_kit.sparsity import WeightSparsity
@@ -114,7 +117,7 @@ class EagerModel:
                               point.micro_batch_size * point.seq_len)
         return sparse
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
+    def make_trainer(self, point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, world: int, *,
                      after_step: Any = None, trainer: Any = None, compile_backend: str | None = None,
                      graph_break: Any = None) -> Any:
         """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss.
@@ -146,7 +149,8 @@ class EagerModel:
                                                 after_step=after_step, fused_optimizer=self.adapter.fused_optimizer(),
                                                 graph_break=graph_break)
 
-    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+    def make_block_step(self, point: BlockPoint, module: nn.Module, x: torch.Tensor,
+                        grad_out: torch.Tensor | None) -> Any:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
         (``grad_out`` given)."""
         from accel_kit.models.family import layer_output as block_output

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 
 from accel_kit.engine.point import Point
 from accel_kit.engine.result import Result
@@ -45,6 +46,22 @@ def adapter_check(adapter: "BaseAdapter", point: Point) -> str | None:
     return adapter.unsupported(point.kind, point)
 
 
+class PointRunner(Protocol):
+    """What measures a kind's points in the sweep runner's own process rather than a worker process per point: the
+    sweep hands it its points of the kind in order (``measure``, after its own resume and frontier checks) and
+    records each result, then ``close``s it after the last, an interruption included, so that what consecutive
+    points shared (the serve kind's server) is freed."""
+
+    def measure(self, point: Point) -> Result: ...
+
+    def close(self) -> None: ...
+
+
+# Makes a kind's ``PointRunner`` for one sweep: (a scratch folder beside the sweep's records, the sweep's limit on
+# one point in seconds) -> the runner.
+RunnerFactory = Callable[[Path, float], PointRunner]
+
+
 @dataclass(frozen=True)
 class KindSpec(Generic[P]):
     """One point kind: how its points are typed, measured and checked, and what they add."""
@@ -56,6 +73,8 @@ class KindSpec(Generic[P]):
     unsupported: Callable[["BaseAdapter", P], str | None] = adapter_check
     metrics: tuple[Metric, ...] = ()  # the kind's own metrics, beyond those accel_kit.metrics declares
     preload: tuple[str, ...] = ()  # modules every point of the kind imports (the fork server's, before forking)
+    # None: the sweep runs each point in a worker process of its own (``accel_kit.engine.sweep.run_worker``).
+    runner: RunnerFactory | None = None
 
     def preload_for(self, point: P) -> tuple[str, ...]:
         """What the fork server imports before forking ``point``: the kind's module, its preload, the point's own."""
@@ -67,15 +86,17 @@ _KINDS: dict[str, KindSpec[Any]] = {}
 
 def register_kind(name: str, point_cls: type[P], measure: Callable[[P, "Context"], Result], *,
                   unsupported: Callable[["BaseAdapter", P], str | None] = adapter_check,
-                  metrics: tuple[Metric, ...] = (), preload: tuple[str, ...] = ()) -> KindSpec[P]:
-    """Register a point kind (called once, by the kind's own module); its metrics join the record schema."""
+                  metrics: tuple[Metric, ...] = (), preload: tuple[str, ...] = (),
+                  runner: RunnerFactory | None = None) -> KindSpec[P]:
+    """Register a point kind (called once, by the kind's own module); its metrics join the record schema.
+    ``runner``: where the sweep measures the kind's points in its own process (``PointRunner``)."""
     if name in _KINDS and _KINDS[name].point_cls is not point_cls:
         raise ValueError(f"point kind {name!r} registered twice, by {_KINDS[name].point_cls} and {point_cls}")
     if point_cls.model_fields["kind"].default != name:
         raise ValueError(f"{point_cls.__name__}.kind defaults to {point_cls.model_fields['kind'].default!r}, "
                          f"not its registered name {name!r}")
     declare(*metrics)
-    spec = KindSpec(name, point_cls, measure, unsupported, tuple(metrics), tuple(preload))
+    spec = KindSpec(name, point_cls, measure, unsupported, tuple(metrics), tuple(preload), runner)
     _KINDS[name] = spec
     return spec
 
@@ -101,7 +122,7 @@ def _register_self_measuring(name: str, cls: Any) -> None:
         raise ParameterError(f"point kind {name!r}: its module registers no such kind, and names no Point "
                              "class with a measure(ctx) of its own")
 
-    def measure(point: Any, ctx: "Context") -> Result:
+    def measure(point: Point, ctx: "Context") -> Result:
         out = point.measure(ctx)
         return out if isinstance(out, Result) else Result.model_validate(out)
 

@@ -12,10 +12,13 @@ its attention kernels take context parallelism) is the adapter's answer, an ``un
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from accel_kit.engine.point import TrainSpec
 from accel_kit.errors import ParameterError
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
 
 
 def data_rank(point: TrainSpec, rank: int) -> int:
@@ -127,7 +130,7 @@ def check_expert_parallel(point: TrainSpec) -> None:
         raise ParameterError(f"ep {ep} does not divide the {shape.n_experts} experts of {point.preset}")
 
 
-def unsupported_on_device(point: Any, adapter: Any) -> str | None:
+def unsupported_on_device(point: TrainSpec, adapter: BaseAdapter) -> str | None:
     """Why the device cannot run the point's layout (recorded as ``unsupported`` before anything is
     allocated); None if it can. Context parallelism: the adapter's ``unsupported_context_parallel``; expert
     parallelism: the engine's own (all-to-alls over torch.distributed), so not where the programming model

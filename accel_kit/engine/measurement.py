@@ -32,8 +32,9 @@ import torch
 import torch.distributed as dist
 
 from accel_kit import energy, machine_load, peaks
-from accel_kit.engine.result import Result, Status
+from accel_kit.engine.result import Result
 from accel_kit.engine.step import NonFiniteLoss, NotMeasured
+from accel_kit.results import Status
 from accel_kit.timing import OverBudget, Timing, measure
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -50,13 +50,16 @@ from accel_kit.timing import Stopwatch, Timing
 
 from accel_kit.mesh import MESH_DIMS
 
+if TYPE_CHECKING:
+    from accel_kit.engine.point import TrainPoint
+
 
 # With expert parallelism, dp as dp / ep replicas of each expert shard (outer) x ep shards (inner): an ep group is
 # dp ranks that are neighbours, as their data ranks are (``layout.data_rank``).
 EXPERT_MESH_DIMS = ("pp", "dp_mod_ep", "ep", "cp", "tp")
 
 
-def device_mesh(point: Any, device: torch.device) -> Any:
+def device_mesh(point: TrainPoint, device: torch.device) -> Any:
     """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started); with ep above
     1, as ``EXPERT_MESH_DIMS`` (``data_parallel_mesh`` is their ``dp``)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -67,12 +70,12 @@ def device_mesh(point: Any, device: torch.device) -> Any:
     return init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
 
 
-def data_parallel_mesh(point: Any, mesh: Any) -> Any:
+def data_parallel_mesh(point: TrainPoint, mesh: Any) -> Any:
     """The mesh's ``dp`` ranks: with ep above 1, its ``dp_mod_ep x ep`` flattened (made once, then the root's)."""
     return mesh["dp"] if point.ep == 1 else mesh["dp_mod_ep", "ep"]._flatten("dp")
 
 
-def gradient_mesh(point: Any, mesh: Any) -> Any:
+def gradient_mesh(point: TrainPoint, mesh: Any) -> Any:
     """The ranks whose gradients are averaged: ``dp``, with ``cp`` folded in where it is above 1 (a
     context-parallel group's ranks hold parts of one micro-batch's gradient), as torchtitan's ``dp_shard_cp``."""
     if point.cp == 1:
@@ -107,7 +110,7 @@ def fsdp_experts(experts: Any, mesh: Any, precision: str) -> None:
         register_fsdp_forward_method(module, "forward_sorted")
 
 
-def parallelize(model: nn.Module, point: Any, family: Any, mesh: Any) -> tuple[nn.Module, Any]:
+def parallelize(model: nn.Module, point: TrainPoint, family: Any, mesh: Any) -> tuple[nn.Module, Any]:
     """``model`` with the point's tensor parallelism (the family's plan), expert parallelism (the family's) and,
     for engine fsdp, FSDP2; and the family's expert shards (None without ep)."""
     if point.tp > 1:
@@ -289,7 +292,7 @@ def _mean_over(group: Any, grads: list[torch.Tensor], divisor: int) -> None:
         torch._foreach_copy_(same, list(_unflatten_dense_tensors(flat, same)))
 
 
-def context_parallel_kwargs(point: Any, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
+def context_parallel_kwargs(point: TrainPoint, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
     """``ParallelTrainer``'s context-parallel arguments for ``point`` ({} where cp is 1)."""
     if point.cp == 1:
         return {}
@@ -313,7 +316,7 @@ def _owned(batches: Any) -> Any:
         yield x.clone(), y.clone()
 
 
-def parallel_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
+def parallel_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
                      **kwargs: Any) -> ParallelTrainer:
     """The trainer of a point with engine fsdp, or tp, cp or ep above 1: its mesh, its model sharded, its
     gradients' reduction, its sequences' sharding, its experts'."""

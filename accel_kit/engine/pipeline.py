@@ -22,7 +22,7 @@ What a pipeline changes in the optimizer step (``PipelineTrainer``, a ``Parallel
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -31,6 +31,9 @@ from torch import nn
 from accel_kit.engine.layout import stage_blocks
 from accel_kit.engine.parallel import ParallelTrainer, device_mesh
 from accel_kit.models.family import lm_loss
+
+if TYPE_CHECKING:
+    from accel_kit.engine.point import TrainPoint
 
 
 class StageModule(nn.Module):
@@ -147,7 +150,7 @@ class PipelineTrainer(ParallelTrainer):
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}  # pp_schedule -> torch.distributed.pipelining's
 
 
-def pipeline_trainer(point: Any, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
+def pipeline_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
                      **kwargs: Any) -> PipelineTrainer:
     """The trainer of a point with pp above 1: its mesh, this rank's stage of ``model``, the schedule."""
     import torch.distributed.pipelining as pipelining

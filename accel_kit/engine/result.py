@@ -11,11 +11,11 @@ It also holds the one test of whether a failure was the device running out of me
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["ok", "oom", "error", "unsupported", "skipped"]
+from accel_kit.results import Status
 
 
 class Result(BaseModel):

@@ -5,17 +5,18 @@ on it (a fixed concurrency, or Poisson arrivals at a request rate), its metrics 
 ``accel_kit.serving.stats``: request and output-token throughput, TTFT, TPOT, ITL and end-to-end latency
 at p50/p90/p99, and goodput under the point's SLO.
 
-The server starts once for the points that share it (``server_key``: the same engine, preset, precision
-and port): ``measure_points`` runs such a group against one server, started, health-checked, warmed up
+The server starts once for the consecutive points that share it (``server_key``: the same engine, preset,
+precision and port): ``ServeGroups`` runs such a group against one server, started, health-checked, warmed up
 with ``warmup_requests`` requests and stopped after the last, a failure included. A server that dies is
 an ``error`` result with its log tail for the point it died under, and a new server is started for the
-group's next point. The registry's ``measure`` (one point per worker process, the sweep's way) is the
-same call for a group of one: each such point pays its server's start, which its record keeps apart
-(``serve_server_start_s``, ``serve_warmup_s``).
+group's next point. The sweep runner measures a study's serve points through the kind's runner,
+``SweepServe`` (in its own process, with the resume, the record and its writer it has for every kind); the
+registry's ``measure`` (one point in a worker process) is the same call for a group of one. The first point
+of a group pays its server's start, which its record keeps apart (``serve_server_start_s``,
+``serve_warmup_s``).
 """
 from __future__ import annotations
 
-import itertools
 import re
 import tempfile
 import time
@@ -98,7 +99,7 @@ def unsupported_serve(adapter: "BaseAdapter", point: ServePoint) -> str | None:
     if reason is None and shape.vocab_size < MIN_VOCAB:
         reason = (f"{point.preset}'s vocabulary of {shape.vocab_size} ids cannot hold the byte-level BPE a server's "
                   f"tokenizer files are written from ({MIN_VOCAB} ids)")
-    if reason or point.engine != "vllm" or adapter.torch_device().type != "cpu":
+    if reason or point.engine != "vllm" or not adapter.is_host_cpu():
         return reason
     head_dim = shape.head_dim
     if head_dim not in VLLM_CPU_HEAD_DIMS:
@@ -146,47 +147,106 @@ def _measure_one(point: ServePoint, server: S.Server, overhead: dict[str, float]
                   summary=f"{tokens_s:.1f} out tok/s, p99 TPOT {1e3 * (metrics['serve_tpot_p99_s'] or 0):.0f} ms")
 
 
-def _serve_group(points: Sequence[ServePoint], workdir: Path, device: str, deadline_s: float) -> Iterator[Result]:
-    """The group's points against one server (restarted after a death), each point's result in order."""
-    from accel_kit.serving.model_dir import write_model_dir
+class ServeGroups:
+    """Serve points measured one after another, consecutive points with one ``server_key`` against one server:
+    started (with its model folder) at a group's first point, health-checked, warmed up with ``warmup_requests``
+    requests, and stopped at the next group's first point or at ``close``; a server that dies is restarted for the
+    group's next point. ``workdir`` holds the model folders and the servers' logs; ``device``: the server's."""
 
-    first = points[0]
-    model_dir = write_model_dir(first.preset, workdir / "models" / _file_name(first.preset),
-                                weights=first.engine != "vllm", seed=first.seed)
-    server: S.Server | None = None
-    overhead: dict[str, float] = {}
-    try:
-        for point in points:
-            try:
-                if server is None:
-                    server = _server(point, model_dir, workdir, device).__enter__()
-                    overhead = {"serve_server_start_s": server.start_s, "serve_warmup_s": _warm_up(point, server)}
-                yield _measure_one(point, server, overhead, deadline_s)
-                overhead = {"serve_server_start_s": 0.0, "serve_warmup_s": 0.0}  # paid once, by the first point
-            except S.ServerDied as e:
-                if server is not None:
-                    server.stop()
-                server = None
-                lines = [line for line in str(e).splitlines() if line.strip()]
-                yield failed("error", f"the {lines[0].removesuffix('; log tail:')}: {lines[-1].strip()}",
-                             traceback=str(e), model=point.preset)
-            except AccelKitError:
-                raise  # bad input (a port taken, an engine missing): one line, for every point alike
-            except Exception as e:  # noqa: BLE001 - one point's failure; the group's next points still run
-                yield failed("error", f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), model=point.preset)
-    finally:
-        if server is not None:
-            server.stop()
+    def __init__(self, workdir: Path, device: str, deadline_s: float):
+        self.workdir, self.device, self.deadline_s = Path(workdir), device, deadline_s
+        self._key: tuple | None = None
+        self._model_dir: Path | None = None
+        self._server: S.Server | None = None
+        self._overhead: dict[str, float] = {}
+
+    def measure(self, point: ServePoint) -> Result:
+        """``point``'s result against its group's server (a failure of the point's own is its ``error`` result;
+        bad input, an ``AccelKitError``, is raised: it fails every point alike)."""
+        if point.server_key() != self._key:
+            self.close()
+            self._key, self._model_dir = point.server_key(), self._write_model(point)
+        try:
+            if self._server is None:
+                self._server = _server(point, self._model_dir, self.workdir, self.device).__enter__()
+                self._overhead = {"serve_server_start_s": self._server.start_s,
+                                  "serve_warmup_s": _warm_up(point, self._server)}
+            result = _measure_one(point, self._server, self._overhead, self.deadline_s)
+            self._overhead = {"serve_server_start_s": 0.0, "serve_warmup_s": 0.0}  # paid once, by the first point
+            return result
+        except S.ServerDied as e:
+            self._stop()
+            lines = [line for line in str(e).splitlines() if line.strip()]
+            return failed("error", f"the {lines[0].removesuffix('; log tail:')}: {lines[-1].strip()}",
+                          traceback=str(e), model=point.preset)
+        except AccelKitError:
+            raise  # bad input (a port taken, an engine missing): one line, for every point alike
+        except Exception as e:  # noqa: BLE001 - one point's failure; the group's next points still run
+            return failed("error", f"{type(e).__name__}: {e}", traceback=traceback.format_exc(), model=point.preset)
+
+    def _write_model(self, point: ServePoint) -> Path:
+        from accel_kit.serving.model_dir import write_model_dir
+
+        S.check_engine(point.engine)  # bad input before its server starts: one line naming the make target
+        return write_model_dir(point.preset, self.workdir / "models" / _file_name(point.preset),
+                               weights=point.engine != "vllm", seed=point.seed)
+
+    def _stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        self._server = None
+
+    def close(self) -> None:
+        """Stop the current group's server (the sweep's last point done, or interrupted)."""
+        self._stop()
+        self._key = None
+
+    def __enter__(self) -> "ServeGroups":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SweepServe:
+    """The serve kind's runner in the sweep (``kinds.PointRunner``): its points in the sweep runner's process, one
+    server per group (``ServeGroups``), each first asked whether the system can serve it (``unsupported_serve``:
+    an ``unsupported`` result, no server started). The client is light, and the servers are processes of their
+    own either way."""
+
+    def __init__(self, workdir: Path, timeout_s: float):
+        self.workdir, self.timeout_s = workdir, timeout_s
+        self._groups: ServeGroups | None = None
+        self._env: dict[str, dict[str, object]] = {}  # system -> its provenance (results.environment)
+
+    def measure(self, point: ServePoint) -> Result:
+        from accel_kit import results
+        from accel_kit.systems import load_system
+
+        adapter = load_system(point.system).device_adapter()
+        if point.system not in self._env:
+            self._env[point.system] = results.environment(adapter)
+        env = self._env[point.system]
+        reason = unsupported_serve(adapter, point)
+        if reason:
+            return failed("unsupported", reason, model=point.preset, env=env)
+        if self._groups is None:
+            self._groups = ServeGroups(self.workdir, adapter.torch_device().type, self.timeout_s)
+        return self._groups.measure(point).model_copy(update={"env": env})
+
+    def close(self) -> None:
+        if self._groups is not None:
+            self._groups.close()
 
 
 def iter_results(points: Sequence[ServePoint], workdir: Path | None = None, *, device: str = "cpu",
                  deadline_s: float = 600.0) -> Iterator[Result]:
-    """Each point's result, in order, as it is measured; consecutive points with one ``server_key`` share a server.
-    ``workdir`` holds the model folders and the servers' logs (a temporary folder when None)."""
+    """Each point's result, in order, as it is measured; consecutive points with one ``server_key`` share a server
+    (``ServeGroups``). ``workdir`` holds the model folders and the servers' logs (a temporary folder when None)."""
     with tempfile.TemporaryDirectory(prefix="accel-kit-serve-") as scratch:
-        root = Path(workdir) if workdir is not None else Path(scratch)
-        for _, group in itertools.groupby(points, key=ServePoint.server_key):
-            yield from _serve_group(list(group), root, device, deadline_s)
+        with ServeGroups(Path(workdir) if workdir is not None else Path(scratch), device, deadline_s) as groups:
+            for point in points:
+                yield groups.measure(point)
 
 
 def measure_points(points: Sequence[ServePoint], workdir: Path | None = None, *, device: str = "cpu",
@@ -204,7 +264,7 @@ def measure_serve(point: ServePoint, ctx: "Context") -> Result:
 
 
 _S = "s"
-register_kind(KIND, ServePoint, measure_serve, unsupported=unsupported_serve, metrics=(
+register_kind(KIND, ServePoint, measure_serve, unsupported=unsupported_serve, runner=SweepServe, metrics=(
     Metric("serve_requests_ok", "1", "requests of the load that completed"),
     Metric("serve_requests_failed", "1", "requests of the load that failed or did not finish by its deadline"),
     Metric("serve_duration_s", _S, "the load's wall time, first request sent to last answer"),
@@ -224,39 +284,3 @@ register_kind(KIND, ServePoint, measure_serve, unsupported=unsupported_serve, me
                                ("e2e", "request latency, send to last token", "requests"))
       for q in stats.PERCENTILES),
 ))
-
-
-def run_serve_points(study: str, points: Sequence[ServePoint], adapter: "BaseAdapter", *, records_path: Path,
-                     run_id: str, extra_params: dict, rerun: bool = False, deadline_s: float = 600.0) -> list[dict]:
-    """A study's serve points in this process, one server per group (``measure_points``), one record each, resumed
-    as the sweep resumes (a point recorded with a final status is not run again unless ``rerun``); a point the
-    adapter or the engine cannot run is its ``unsupported`` record. The sweep runner's alternative for serve
-    points: the client is light, and the servers are processes of their own either way."""
-    from accel_kit import results
-    from accel_kit.engine.sweep import record_of, recorded
-
-    done = recorded(records_path) if not rerun else {}
-    todo = [p for p in points if p.key() not in done]
-    reasons = {p.key(): unsupported_serve(adapter, p) for p in todo}
-    for engine in sorted({p.engine for p in todo if not reasons[p.key()]}):
-        S.check_engine(engine)  # bad input before any server starts: one line naming the make target
-    runnable = [p for p in todo if not reasons[p.key()]]
-    measured = iter_results(runnable, records_path.parent / "serve", device=adapter.torch_device().type,
-                            deadline_s=deadline_s)
-    env = results.environment(adapter)
-    records = []
-    try:
-        for point in points:
-            key = point.key()
-            if key in done:
-                records.append(done[key])
-                continue
-            # in the runnable points' order, so each record is written as its point ends
-            result = failed("unsupported", reasons[key], model=point.preset) if reasons[key] else next(measured)
-            record = record_of(study, point, result.model_copy(update={"env": env}), run_id=run_id,
-                               params=extra_params | {"point_key": key})
-            results.append_record(records_path, record, make_folder=True)
-            records.append(record)
-    finally:
-        measured.close()  # the last group's server stopped, whatever ended the loop
-    return records

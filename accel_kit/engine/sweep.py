@@ -4,7 +4,9 @@ Every study (the microbenchmark's block points and the training studies' steps) 
 
 - Isolation: a worker process (or a group of ranks for several devices) per point; a crash,
   an out-of-memory or a hang (``timeout_s``) becomes that point's record (status, reason and
-  the worker's traceback or output tail).
+  the worker's traceback or output tail). A kind that names a runner of its own (``kinds.PointRunner``:
+  the serve kind, whose consecutive points share one server) is measured by it in this process
+  instead; the resume, the frontier and the record are the same for every kind.
 - Resume: a point already recorded with identical parameters and a final status (ok, oom,
   unsupported) is skipped; ``error`` and ``skipped`` points are tried again. The key holds
   no absolute path, so a moved ``outputs/`` resumes too.
@@ -24,7 +26,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -35,13 +37,14 @@ from accel_kit.engine import kinds
 from accel_kit.engine.launch import rendezvous_endpoint, worker_command
 from accel_kit.engine.point import Point
 from accel_kit.engine.result import Result, failed, is_oom_text
+from accel_kit.results import Record, Status
 
-FINAL_STATUSES = ("ok", "oom", "unsupported")
+FINAL_STATUSES: tuple[Status, ...] = ("ok", "oom", "unsupported")
 #: How the worker starts the reason of a point estimated not to fit (``accel_kit.engine.worker``).
 NOT_FIT_REASON = "does not fit"
 
 
-def is_memory_failure(status: str, reason: str | None) -> bool:
+def is_memory_failure(status: Status, reason: str | None) -> bool:
     """Out of memory, or unsupported because it does not fit: the failures that move the frontier.
 
     Other unsupported points (a forced attention kernel the device lacks, too many nodes) say
@@ -50,13 +53,13 @@ def is_memory_failure(status: str, reason: str | None) -> bool:
     return status == "oom" or (status == "unsupported" and (reason or "").startswith(NOT_FIT_REASON))
 
 
-def recorded(records_path: Path) -> dict[str, dict]:
+def recorded(records_path: Path) -> dict[str, Record]:
     """point key -> its last record with a final status."""
-    done: dict[str, dict] = {}
+    done: dict[str, Record] = {}
     if records_path.exists():
         for rec in results.iter_records(records_path):
-            key = rec.get("params", {}).get("point_key")
-            if key and rec["status"] in FINAL_STATUSES:
+            key = rec.params.get("point_key")
+            if key and rec.status in FINAL_STATUSES:
                 done[key] = rec
     return done
 
@@ -257,10 +260,51 @@ class BandwidthReference:
         return self.best
 
 
+class WorkerRunner:
+    """The sweep's runner for every kind that names none of its own (``kinds.PointRunner``): each point in a worker
+    process of its own (``run_worker``), measured against the run's matmul peak (``peak``: measured before the first
+    such point, and again when a point runs faster than it)."""
+
+    def __init__(self, peak: PeakReference | None, **worker):
+        self.peak, self.worker = peak, worker  # worker: run_worker's keywords
+
+    def measure(self, point: Point) -> Result:
+        reference = self.peak.get(point.precision) if self.peak else None
+        point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
+        result = run_worker(point, **self.worker)
+        if self.peak and result.metrics.get("mfu_measured_unreliable"):
+            _refresh_peak(result, self.peak.remeasure(point.precision), point.RATE_METRIC)
+        return result
+
+    def close(self) -> None:
+        """Nothing outlives a point: its process ended with it."""
+
+
+class _Runners:
+    """Each kind's runner for one sweep: the worker runner, or the kind's own (made at its first point, closed by
+    ``close``)."""
+
+    def __init__(self, worker: WorkerRunner, scratch: Path, timeout_s: float):
+        self.worker, self.scratch, self.timeout_s = worker, scratch, timeout_s
+        self.own: dict[str, kinds.PointRunner] = {}
+
+    def measure(self, point: Point) -> Result:
+        make = kinds.kind_of(point).runner
+        if make is None:
+            return self.worker.measure(point)
+        if point.kind not in self.own:
+            self.own[point.kind] = make(self.scratch / point.kind, self.timeout_s)
+        return self.own[point.kind].measure(point)
+
+    def close(self) -> None:
+        for runner in self.own.values():
+            runner.close()
+
+
 def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id: str, extra_params: dict,
               timeout_s: float, launcher: str = "local", max_nodes: int = 1, progress: bool = True,
               cpu_threads: int | None = None, peak: PeakReference | None = None, rerun: bool = False,
-              rendezvous_port: int | None = None) -> list[dict]:
+              rendezvous_port: int | None = None) -> list[Record]:
     """Run (or resume) ``points`` (of any kind) in order; returns one record per point (earlier runs' for resumed
     points).
 
@@ -269,38 +313,39 @@ def run_sweep(study: str, points: Sequence[Point], *, records_path: Path, run_id
     """
     done = recorded(records_path) if not rerun else {}
     frontier = _recorded_frontier(done.values())
-    records = []
+    records: list[Record] = []
+    runners = _Runners(WorkerRunner(peak, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
+                                    cpu_threads=cpu_threads, rendezvous_port=rendezvous_port),
+                       records_path.parent, timeout_s)
     bar = tqdm(points, desc=f"{study} on {points[0].system if points else '?'}", unit=" point", disable=not progress)
-    for point in bar:
-        key = point.key()
-        label = point.label()
-        bar.set_postfix_str(label)
-        if key in done:  # recorded by an earlier run with identical parameters
-            records.append(done[key])
-            continue
-        on = point.frontier()
-        limit = frontier.get(on.key) if on else None
-        reference = peak.get(point.precision) if peak else None
-        if on and limit and on.length > limit[0]:
-            result = failed("skipped", f"beyond the memory frontier: {limit[1]} at {on.axis} {limit[0]}")
-        else:
-            point = point.model_copy(update={"peak": reference.to_dict() if reference else None})
-            result = run_worker(point, timeout_s=timeout_s, launcher=launcher, max_nodes=max_nodes,
-                                cpu_threads=cpu_threads, rendezvous_port=rendezvous_port)
-            if peak and result.metrics.get("mfu_measured_unreliable"):
-                _refresh_peak(result, peak.remeasure(point.precision), point.RATE_METRIC)
-        record = record_of(study, point, result, run_id=run_id, params=extra_params | {"point_key": key})
-        # The folder is made for the first record; one removed during the sweep is an error naming it.
-        results.append_record(records_path, record, make_folder=not records)
-        records.append(record)
-        if is_memory_failure(result.status, result.reason):
-            _update_frontier(frontier, point, result.status)
-        if result.status == "ok":
-            bar.set_postfix_str(f"{label}: {result.summary or 'ok'}")
+    try:
+        for point in bar:
+            key = point.key()
+            label = point.label()
+            bar.set_postfix_str(label)
+            if key in done:  # recorded by an earlier run with identical parameters
+                records.append(done[key])
+                continue
+            on = point.frontier()
+            limit = frontier.get(on.key) if on else None
+            if on and limit and on.length > limit[0]:
+                result = failed("skipped", f"beyond the memory frontier: {limit[1]} at {on.axis} {limit[0]}")
+            else:
+                result = runners.measure(point)
+            record = record_of(study, point, result, run_id=run_id, params=extra_params | {"point_key": key})
+            # The folder is made for the first record; one removed during the sweep is an error naming it.
+            results.append_record(records_path, record, make_folder=not records)
+            records.append(record)
+            if is_memory_failure(result.status, result.reason):
+                _update_frontier(frontier, point, result.status)
+            if result.status == "ok":
+                bar.set_postfix_str(f"{label}: {result.summary or 'ok'}")
+    finally:
+        runners.close()  # a runner's shared state (a server) freed, whatever ended the loop
     return records
 
 
-def record_of(study: str, point: Point, result: Result, *, run_id: str, params: dict) -> dict:
+def record_of(study: str, point: Point, result: Result, *, run_id: str, params: dict[str, object]) -> Record:
     """The record of ``point``'s ``result`` (``accel_kit.results.make_record``): the one place a record is built.
     ``params``: the study's own settings beside the point's fields."""
     return results.make_record(
@@ -314,17 +359,17 @@ def record_of(study: str, point: Point, result: Result, *, run_id: str, params: 
         traceback=result.traceback)
 
 
-def _recorded_frontier(done) -> dict[str, tuple[int, str]]:
+def _recorded_frontier(done: Iterable[Record]) -> dict[str, tuple[int, str]]:
     """The memory frontier the recorded points already drew: configuration -> (the least length that failed
     for memory, why), from each record's point (its kind's point type, from its params)."""
     frontier: dict[str, tuple[int, str]] = {}
     for rec in done:
-        if not is_memory_failure(rec["status"], rec.get("reason")):
+        if not is_memory_failure(rec.status, rec.reason):
             continue
         try:
-            cls = kinds.spec(rec.get("kind") or "").point_cls
-            fields = {k: v for k, v in rec["params"].items() if k in cls.model_fields}
-            _update_frontier(frontier, cls.model_validate(fields | {"system": rec["system"]}), rec["status"])
+            cls = kinds.spec(rec.kind or "").point_cls
+            fields = {k: v for k, v in rec.params.items() if k in cls.model_fields}
+            _update_frontier(frontier, cls.model_validate(fields | {"system": rec.system}), rec.status)
         except (ValueError, ImportError):  # a record of a kind or schema no longer known: no frontier from it
             pass
     return frontier
@@ -355,7 +400,7 @@ def _refresh_peak(result: Result, best: peaks.MeasuredPeak | None, rate_metric: 
     metrics |= peaks.mfu_measured(achieved, best) | {"peak_remeasured": True}
 
 
-def _update_frontier(frontier: dict[str, tuple[int, str]], point: Point, status: str) -> None:
+def _update_frontier(frontier: dict[str, tuple[int, str]], point: Point, status: Status) -> None:
     on = point.frontier()
     if on is None:
         return

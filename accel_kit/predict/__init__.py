@@ -23,6 +23,7 @@ from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.predict.heldout import error_summary, held_out, load_records
 from accel_kit.predict.predictor import Prediction, Predictor
 from accel_kit.predict.shape import shape_for
+from accel_kit.results import Record
 
 STUDY = "what_if"  # params/what_if/<profile>.yaml
 
@@ -74,7 +75,7 @@ class WhatIf:
     errors: pd.DataFrame
     record_dirs: list[str]
     notes: list[str] = field(default_factory=list)
-    records: list[dict] = field(default_factory=list, repr=False)  # what the predictions learnt from
+    records: list[Record] = field(default_factory=list, repr=False)  # what the predictions learnt from
 
     def inference(self, precision: str | None = None) -> pd.DataFrame:
         """TTFT, TPOT and output tokens/s of the preset's greedy generations (``params.inference_*``), fitted on the
@@ -212,7 +213,7 @@ def _precision(requested: str, system, predictor: Predictor) -> str:
     adapter's choice where the device is here, else bf16."""
     if requested != "auto":
         return requested
-    counts = pd.Series([r["params"]["precision"] for r in predictor.train]).value_counts()
+    counts = pd.Series([r.params["precision"] for r in predictor.train]).value_counts()
     if len(counts):
         return str(counts.index[0])
     from accel_kit.devices import get_adapter

@@ -17,6 +17,7 @@ import numpy as np
 from accel_kit.predict.nnls import nnls_relative
 from accel_kit.predict.records import group_key, shape_of_record
 from accel_kit.predict.shape import GiB, TERMS, StepShape
+from accel_kit.results import Record
 
 # A term is kept only if it lowers the fit's relative RMS error by more than this fraction: with a
 # handful of records per system, terms that are collinear for one model (every per-token term is
@@ -44,20 +45,20 @@ class ComputeFit:
         return {t: float(w * r) for t, w, r in zip(TERMS, shape.work(), self.rates) if r > 0}
 
 
-def _single_rank_time(record: dict) -> float:
-    return float(record["metrics"]["step_time_s"])
+def _single_rank_time(record: Record) -> float:
+    return float(record.metrics["step_time_s"])
 
 
-def fit_compute(records: list[dict]) -> ComputeFit:
+def fit_compute(records: list[Record]) -> ComputeFit:
     """Fit the compute rates from single-rank training records of one group."""
-    one = [r for r in records if r["params"]["devices"] == 1]
+    one = [r for r in records if r.params["devices"] == 1]
     if len(one) < MIN_FIT_RECORDS:
         raise ValueError(f"{len(one)} single-device records; the fit needs at least {MIN_FIT_RECORDS}")
     work = np.stack([shape_of_record(r).work() for r in one])
     times = np.array([_single_rank_time(r) for r in one])
     rates, rms = nnls_relative(work, times, penalty=TERM_PENALTY)
     system, precision, threads = group_key(one[0])
-    return ComputeFit(system, precision, threads, rates, rms, [r["record_id"] for r in one],
+    return ComputeFit(system, precision, threads, rates, rms, [r.record_id for r in one],
                       f"fitted on {len(one)} single-device training record{'s' if len(one) > 1 else ''} of {system} ({precision}"
                       + (f", {threads} host threads per rank" if threads else "") + ")")
 
@@ -73,7 +74,7 @@ def exposure_class(shape: StepShape) -> str:
     return "after backward" if lay.tp * lay.pp * lay.ep > 1 else "overlapped"
 
 
-def fit_exposure(records: list[dict], compute: ComputeFit, comm_of: Callable[[StepShape], tuple[float, float]],
+def fit_exposure(records: list[Record], compute: ComputeFit, comm_of: Callable[[StepShape], tuple[float, float]],
                  kind: str) -> tuple[float, str]:
     """The fraction of the modelled data-parallel communication that shows in the step time, from the
     multi-rank records whose traffic overlaps as ``kind`` (``exposure_class``). ``comm_of``: a shape's
@@ -120,13 +121,13 @@ class MemoryFit:
                 f"RMS error {self.fit_rms:.1%})")
 
 
-def fit_memory(records: list[dict]) -> MemoryFit:
+def fit_memory(records: list[Record]) -> MemoryFit:
     """The memory terms fitted on the records with a measured peak; the estimate alone without any."""
-    measured = [r for r in records if r["metrics"].get("mem_peak_gib")]
+    measured = [r for r in records if r.metrics.get("mem_peak_gib")]
     if not measured:
         return MemoryFit(np.array([0.0, 1.0, 0.0]), float("nan"), 0)
     work = np.stack([shape_of_record(r).memory_work() for r in measured])
-    peaks = np.array([r["metrics"]["mem_peak_gib"] * GiB for r in measured])
+    peaks = np.array([r.metrics["mem_peak_gib"] * GiB for r in measured])
     try:
         coefs, rms = nnls_relative(work, peaks, penalty=TERM_PENALTY)
     except ValueError:

@@ -21,55 +21,55 @@ from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import host_threads, shape_of_record, usable
 from accel_kit.predict.shape import GiB
 from accel_kit.mesh import LAYOUT_DEFAULTS
+from accel_kit.results import Record
 
 
-def load_records(sources: Iterable[str | Path]) -> list[dict]:
+def load_records(sources: Iterable[str | Path]) -> list[Record]:
     """Every record of each source (an output folder, a .jsonl file or an archive of them,
     ``results.read_source``), once per record id."""
-    seen: dict[str, dict] = {}
+    seen: dict[str, Record] = {}
     for source in sources:
         for rec in results.read_source(source):
-            if isinstance(rec, dict) and "record_id" in rec:
-                seen.setdefault(rec["record_id"], rec)
+            seen.setdefault(rec.record_id, rec)
     return list(seen.values())
 
 
-def held_out(records: list[dict], systems: Iterable[str] | None = None, *, link_root: str | None = None,
+def held_out(records: list[Record], systems: Iterable[str] | None = None, *, link_root: str | None = None,
              probe: bool = True) -> pd.DataFrame:
     """One row per dense training point: measured (the median of its runs) and leave-one-out predicted
     step time and memory (``link_root``: where a probed link is kept, beside the records; ``probe``: measure a missing link here)."""
     rows = []
-    wanted = set(systems) if systems else {r.get("system") for r in records if usable(r)}
+    wanted = set(systems) if systems else {r.system for r in records if usable(r)}
     for system in sorted(s for s in wanted if s):
         predictor = Predictor(system, records, link_root=link_root, probe=probe)
         # A point is predicted with its own nodes' share of devices (a job's -p devices_per_node).
         by_node = {None: predictor}
-        points: dict[tuple, list[dict]] = {}
+        points: dict[tuple, list[Record]] = {}
         for rec in predictor.train:
             # A point is its key (results.point_key_of) within its study (two studies can run the same shape).
-            points.setdefault((rec.get("study"), results.point_key_of(rec)), []).append(rec)
+            points.setdefault((rec.study, results.point_key_of(rec)), []).append(rec)
         for runs in points.values():
-            runs.sort(key=lambda r: r.get("timestamp") or "", reverse=True)  # the latest first
+            runs.sort(key=lambda r: r.timestamp or "", reverse=True)  # the latest first
             rec = runs[0]
-            steps = np.array([r["metrics"]["step_time_s"] for r in runs], dtype=float)
-            mems = [r["metrics"]["mem_peak_gib"] for r in runs if r["metrics"].get("mem_peak_gib")]
-            row = {"system": system, "study": rec.get("study"), "record_id": rec["record_id"],
-                   "runs": len(runs), "devices": rec["params"]["devices"],
+            steps = np.array([r.metrics["step_time_s"] for r in runs], dtype=float)
+            mems = [r.metrics["mem_peak_gib"] for r in runs if r.metrics.get("mem_peak_gib")]
+            row = {"system": system, "study": rec.study, "record_id": rec.record_id,
+                   "runs": len(runs), "devices": rec.params["devices"],
                    # its layout (each point is predicted with its own, records.shape_of_record)
-                   **{k: rec["params"].get(k, default) for k, default in LAYOUT_DEFAULTS.items()},
-                   "seq_len": rec["params"]["seq_len"],
-                   "micro_batch_size": rec["params"]["micro_batch_size"], "gas": rec["params"]["gas"],
-                   "precision": rec["params"]["precision"],
+                   **{k: rec.params.get(k, default) for k, default in LAYOUT_DEFAULTS.items()},
+                   "seq_len": rec.params["seq_len"],
+                   "micro_batch_size": rec.params["micro_batch_size"], "gas": rec.params["gas"],
+                   "precision": rec.params["precision"],
                    "measured_step_s": float(np.median(steps)),
                    "measured_mem_gib": float(np.median(mems)) if mems else None,
                    # the farthest run from the median: the measurement's own noise, beside the prediction's
                    "run_spread": float(np.abs(steps / np.median(steps) - 1).max()) if len(runs) > 1 else None}
             try:
-                per_node = rec["params"].get("devices_per_node")
+                per_node = rec.params.get("devices_per_node")
                 if per_node not in by_node:
                     by_node[per_node] = Predictor(system, records, link_root=link_root, probe=probe,
                                                   devices_per_node=per_node)
-                pred = by_node[per_node].predict(shape_of_record(rec), exclude={r["record_id"] for r in runs},
+                pred = by_node[per_node].predict(shape_of_record(rec), exclude={r.record_id for r in runs},
                                                  threads=host_threads(rec))
             except (AccelKitError, ValueError) as exc:
                 rows.append(row | {"predicted_step_s": None, "predicted_mem_gib": None, "basis": None,

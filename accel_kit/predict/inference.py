@@ -29,6 +29,7 @@ import pandas as pd
 from accel_kit.predict.fits import MIN_FIT_RECORDS, TERM_PENALTY
 from accel_kit.predict.nnls import nnls_relative
 from accel_kit.predict.records import group_key, host_threads, known_preset
+from accel_kit.results import Record
 
 TTFT_TERMS = ("prefill_flops", "prefill_launches", "constant")
 TPOT_TERMS = ("decode_bytes", "decode_flops", "decode_launches")
@@ -82,17 +83,17 @@ def _shape(preset, precision, b, t, n, n_layers, prefill, flops, read) -> Genera
                            read / steps if steps else None, flops / steps if steps else None)
 
 
-def shape_of_record(record: dict) -> GenerationShape:
+def shape_of_record(record: Record) -> GenerationShape:
     """The counts a ``generate`` record kept (its metrics say what it measured)."""
-    p, m = record["params"], record["metrics"]
+    p, m = record.params, record.metrics
     return _shape(p["preset"], p["precision"], p["batch_size"], p["input_len"], p["output_len"], m["n_layers"],
                   m["prefill_flops"], m["decode_flops"], m["decode_bytes"])
 
 
-def usable(record: dict) -> bool:
+def usable(record: Record) -> bool:
     """An ok generate record with a TTFT and its counts, of a model known here."""
-    p, m = record.get("params") or {}, record.get("metrics") or {}
-    return bool(record.get("status") == "ok" and (record.get("kind") or p.get("kind")) == KIND and m.get("ttft_s")
+    p, m = record.params, record.metrics
+    return bool(record.status == "ok" and (record.kind or p.get("kind")) == KIND and m.get("ttft_s")
                 and all(m.get(k) is not None for k in ("prefill_flops", "decode_flops", "decode_bytes", "n_layers"))
                 and known_preset(p.get("preset", "")))
 
@@ -115,16 +116,16 @@ class InferenceFit:
         return None if work is None or self.tpot_rates is None else float(work @ self.tpot_rates)
 
 
-def fit_inference(records: list[dict]) -> InferenceFit:
+def fit_inference(records: list[Record]) -> InferenceFit:
     """TTFT and TPOT rates fitted on ``records`` (usable ones of one group). Raises ValueError with too few
     records, or where no non-negative fit exists."""
     if len(records) < MIN_FIT_RECORDS:
         raise ValueError(f"{len(records)} generate records; the fit needs at least {MIN_FIT_RECORDS}")
     shapes = [shape_of_record(r) for r in records]
-    ttft = np.array([r["metrics"]["ttft_s"] for r in records], dtype=float)
+    ttft = np.array([r.metrics["ttft_s"] for r in records], dtype=float)
     ttft_rates, ttft_rms = nnls_relative(np.stack([s.ttft_work() for s in shapes]), ttft, penalty=TERM_PENALTY)
-    decoding = [(s.tpot_work(), r["metrics"]["tpot_s"]) for s, r in zip(shapes, records)
-                if s.tpot_work() is not None and r["metrics"].get("tpot_s")]
+    decoding = [(s.tpot_work(), r.metrics["tpot_s"]) for s, r in zip(shapes, records)
+                if s.tpot_work() is not None and r.metrics.get("tpot_s")]
     tpot_rates, tpot_rms = None, float("nan")
     if decoding:
         tpot_rates, tpot_rms = nnls_relative(np.stack([w for w, _ in decoding]),
@@ -161,25 +162,25 @@ class InferencePrediction:
 class InferencePredictor:
     """TTFT and TPOT predictions for one system from its generate records (those of other systems are ignored)."""
 
-    def __init__(self, system: str, records: Iterable[dict]):
+    def __init__(self, system: str, records: Iterable[Record]):
         self.system = system
-        self.records = [r for r in records if r.get("system") == system and usable(r)]
+        self.records = [r for r in records if r.system == system and usable(r)]
 
-    def groups(self) -> dict[tuple, list[dict]]:
-        out: dict[tuple, list[dict]] = {}
+    def groups(self) -> dict[tuple, list[Record]]:
+        out: dict[tuple, list[Record]] = {}
         for r in self.records:
             out.setdefault(group_key(r), []).append(r)
         return out
 
     def precisions(self) -> list[str]:
         """The precisions of the records, the most common first (what a prediction defaults to)."""
-        return list(pd.Series([r["params"]["precision"] for r in self.records], dtype=object).value_counts().index)
+        return list(pd.Series([r.params["precision"] for r in self.records], dtype=object).value_counts().index)
 
     def predict(self, shape: GenerationShape, *, exclude: set[str] = frozenset(),
                 threads: int | None = None) -> InferencePrediction:
         """Predict ``shape`` from the records of its precision (and ``threads`` host threads, where given; the
         largest such group), never those whose ids are in ``exclude``. Raises ValueError without any."""
-        groups = [[r for r in g if r["record_id"] not in exclude] for (_, precision, t), g in self.groups().items()
+        groups = [[r for r in g if r.record_id not in exclude] for (_, precision, t), g in self.groups().items()
                   if precision == shape.precision and (threads is None or t == threads)]
         group = max(groups, key=len, default=[])
         if len(group) < MIN_FIT_RECORDS:
@@ -187,7 +188,7 @@ class InferencePredictor:
                              + (f" at {threads} host thread(s)" if threads is not None else "")
                              + " to fit TTFT and TPOT on (run the inference study there)")
         fit = fit_inference(group)
-        presets = sorted({r["params"]["preset"] for r in group})
+        presets = sorted({r.params["preset"] for r in group})
         inputs = [f"fitted on {fit.records} generate record(s) of {self.system} ({shape.precision}; "
                   f"{', '.join(presets)}); relative RMS error of the fit: TTFT {fit.ttft_rms:.1%}, TPOT "
                   + ("n/a (no decode step in the records)" if fit.tpot_rates is None else f"{fit.tpot_rms:.1%}"),
@@ -202,29 +203,29 @@ def _terms(names: tuple[str, ...], rates: np.ndarray) -> str:
     return ", ".join(kept) or "no term kept"
 
 
-def held_out(records: list[dict], systems: Iterable[str] | None = None) -> pd.DataFrame:
+def held_out(records: list[Record], systems: Iterable[str] | None = None) -> pd.DataFrame:
     """One row per generate point of each system: measured TTFT and TPOT (the medians of its runs) and the
     leave-one-out predictions, with their relative errors."""
     from accel_kit import results
 
     rows = []
-    wanted = set(systems) if systems else {r.get("system") for r in records if usable(r)}
+    wanted = set(systems) if systems else {r.system for r in records if usable(r)}
     for system in sorted(s for s in wanted if s):
         predictor = InferencePredictor(system, records)
-        points: dict[tuple, list[dict]] = {}
+        points: dict[tuple, list[Record]] = {}
         for rec in predictor.records:
-            points.setdefault((rec.get("study"), results.point_key_of(rec)), []).append(rec)
+            points.setdefault((rec.study, results.point_key_of(rec)), []).append(rec)
         for runs in points.values():
-            runs.sort(key=lambda r: r.get("timestamp") or "", reverse=True)  # the latest first
+            runs.sort(key=lambda r: r.timestamp or "", reverse=True)  # the latest first
             rec, shape = runs[0], shape_of_record(runs[0])
-            tpots = [r["metrics"]["tpot_s"] for r in runs if r["metrics"].get("tpot_s")]
-            row = {"system": system, "study": rec.get("study"), "record_id": rec["record_id"], "runs": len(runs),
+            tpots = [r.metrics["tpot_s"] for r in runs if r.metrics.get("tpot_s")]
+            row = {"system": system, "study": rec.study, "record_id": rec.record_id, "runs": len(runs),
                    **{k: v for k, v in shape.__dict__.items() if k in ("preset", "precision", "batch_size",
                                                                        "input_len", "output_len")},
-                   "measured_ttft_s": float(np.median([r["metrics"]["ttft_s"] for r in runs])),
+                   "measured_ttft_s": float(np.median([r.metrics["ttft_s"] for r in runs])),
                    "measured_tpot_s": float(np.median(tpots)) if tpots else None}
             try:
-                pred = predictor.predict(shape, exclude={r["record_id"] for r in runs}, threads=host_threads(rec))
+                pred = predictor.predict(shape, exclude={r.record_id for r in runs}, threads=host_threads(rec))
             except ValueError as exc:
                 rows.append(row | {"predicted_ttft_s": None, "predicted_tpot_s": None, "why_not": str(exc)})
                 continue

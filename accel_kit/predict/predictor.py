@@ -72,6 +72,7 @@ from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class,
 from accel_kit.predict.links import system_link
 from accel_kit.predict.records import group_key, usable
 from accel_kit.predict.shape import GiB, TERMS, StepShape
+from accel_kit.results import Record
 
 # Stated when a system has no training records: a GPT-2-sized model's MFU on a GPU is typically 30-50 %.
 NO_RECORDS_EFFICIENCY = 0.4
@@ -116,47 +117,47 @@ class Prediction:
 class Predictor:
     """Predictions for one system from its records (those of other systems are ignored)."""
 
-    def __init__(self, system: str, records: Iterable[dict], *, link: Link | None = None,
+    def __init__(self, system: str, records: Iterable[Record], *, link: Link | None = None,
                  link_root: str | None = None, probe: bool = True, devices_per_node: int | None = None):
         self.system = system
-        self.records = [r for r in records if r.get("system") == system]
+        self.records = [r for r in records if r.system == system]
         self.train = [r for r in self.records if usable(r)]
         self._link_override = link
         self.link_root = link_root  # where a probed link is kept (beside the records)
         self.probe = probe  # measure a link that is neither kept nor in the system's YAML
         self.devices_per_node = devices_per_node  # how the devices share nodes; None: the system's
 
-    def groups(self) -> dict[tuple, list[dict]]:
-        out: dict[tuple, list[dict]] = {}
+    def groups(self) -> dict[tuple, list[Record]]:
+        out: dict[tuple, list[Record]] = {}
         for r in self.train:
             out.setdefault(group_key(r), []).append(r)
         return out
 
-    def _group_for(self, shape: StepShape, threads: int | None, exclude: set[str]) -> list[dict] | None:
+    def _group_for(self, shape: StepShape, threads: int | None, exclude: set[str]) -> list[Record] | None:
         """The comparable records for ``shape``: its precision and, where given, host threads per rank;
         among several host-thread groups, the one with records at its device count, else the largest."""
         groups = []
         for (_, precision, group_threads), g in self.groups().items():
-            g = [r for r in g if r["record_id"] not in exclude]
+            g = [r for r in g if r.record_id not in exclude]
             if precision != shape.precision or (threads is not None and group_threads != threads):
                 continue
-            if sum(r["params"]["devices"] == 1 for r in g) >= MIN_FIT_RECORDS:
+            if sum(r.params["devices"] == 1 for r in g) >= MIN_FIT_RECORDS:
                 groups.append(g)
         if not groups:
             return None
 
         # Records at this device count first; else those nearest below it (on a CPU, ranks share the
         # host's cores, so records of several ranks say how a rank computes among others); then the most.
-        def rank(g: list[dict]) -> tuple:
-            counts = [r["params"]["devices"] for r in g]
+        def rank(g: list[Record]) -> tuple:
+            counts = [r.params["devices"] for r in g]
             devices = shape.layout.devices
             return devices in counts, max((c for c in counts if c <= devices), default=0), len(g)
 
         best = max(groups, key=rank)
         # The model's own records where there are enough of them: a rate fitted across models (a codon
         # vocabulary, another width) carries their differences into this one's prediction.
-        same = [r for r in best if r["params"]["preset"] == shape.preset]
-        if sum(r["params"]["devices"] == 1 for r in same) >= SAME_PRESET_RECORDS:
+        same = [r for r in best if r.params["preset"] == shape.preset]
+        if sum(r.params["devices"] == 1 for r in same) >= SAME_PRESET_RECORDS:
             return same
         return best
 
@@ -202,7 +203,7 @@ class Predictor:
             fit = fit_compute(group)
             basis = "records"
             inputs.append(f"compute: {fit.basis}; relative RMS error of the fit {fit.fit_rms:.1%}")
-            seen = sorted({r["params"]["preset"] for r in group})
+            seen = sorted({r.params["preset"] for r in group})
             if shape.preset not in seen:
                 assumptions.append(f"compute: {shape.preset} extrapolated from the rates of {', '.join(seen)}; "
                                    "a larger model fills the matrix units better, so expect a pessimistic step time")
@@ -263,12 +264,12 @@ class Predictor:
         """Without training records: the system's block microbenchmark rate, else its datasheet peak x efficiency."""
         from accel_kit import peaks
 
-        blocks = [r for r in self.records if r.get("status") == "ok" and r["params"].get("kind") == "block"
-                  and r["params"].get("direction") == "forward_backward" and r["params"].get("impl", "native") ==
-                  "native" and r["params"].get("precision") == shape.precision and r["metrics"].get("tflops")]
+        blocks = [r for r in self.records if r.status == "ok" and r.params.get("kind") == "block"
+                  and r.params.get("direction") == "forward_backward" and r.params.get("impl", "native") ==
+                  "native" and r.params.get("precision") == shape.precision and r.metrics.get("tflops")]
         rates = np.zeros(len(TERMS))
         if blocks:
-            best = max(blocks, key=lambda r: r["params"].get("batch_size", 0) * r["params"].get("seq_len", 0))
+            best = max(blocks, key=lambda r: r.params.get("batch_size", 0) * r.params.get("seq_len", 0))
             tflops = best["metrics"]["tflops"]
             rates[0] = rates[1] = 1 / (tflops * 1e12)
             why = (f"microbenchmark: no training records at {shape.precision}; every FLOP at the block "

@@ -5,25 +5,26 @@ from __future__ import annotations
 
 from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.shape import StepShape, shape_for
+from accel_kit.results import Record
 
 
-def shape_of_record(record: dict) -> StepShape:
+def shape_of_record(record: Record) -> StepShape:
     """The step shape a training record measured."""
-    p, m = record["params"], record["metrics"]
+    p, m = record.params, record.metrics
     return shape_for(p["preset"], ParallelLayout.of(p), seq_len=p["seq_len"], precision=p["precision"],
                      activation_checkpointing=p.get("activation_checkpointing", False),
                      vocab_size=p.get("vocab_size"), flash_attention=m.get("attention_kernel_ran", "flash") != "math")
 
 
-def host_threads(record: dict) -> int | None:
+def host_threads(record: Record) -> int | None:
     """Threads each rank computed with, where the device is the host CPU (ranks share its cores)."""
-    return (record.get("env") or {}).get("device", {}).get("threads")
+    return record.env.get("device", {}).get("threads")
 
 
-def usable(record: dict) -> bool:
+def usable(record: Record) -> bool:
     """An ok, dense training record with a step time, of a model known here: what the compute fit learns from."""
-    p, m = record.get("params", {}), record.get("metrics", {})
-    return bool(record.get("status") == "ok" and p.get("kind", "train") == "train" and "preset" in p
+    p, m = record.params, record.metrics
+    return bool(record.status == "ok" and p.get("kind", "train") == "train" and "preset" in p
                 and not p.get("sparsity") and not p.get("dense_finetune_steps") and m.get("step_time_s")
                 and known_preset(p["preset"]))
 
@@ -42,6 +43,6 @@ def known_preset(preset: str) -> bool:
     return True
 
 
-def group_key(record: dict) -> tuple:
+def group_key(record: Record) -> tuple:
     """Records whose rates are comparable: same system, precision and host threads per rank."""
-    return record["system"], record["params"]["precision"], host_threads(record)
+    return record.system, record.params["precision"], host_threads(record)

@@ -15,25 +15,26 @@ import accel_kit.report.render as R
 from accel_kit import noise
 from accel_kit.report.context import Context
 from accel_kit.report.render import Cell
+from accel_kit.results import Record
 
 # A row of a pivot table: its name and the function that makes each system's cell.
-Quantity = tuple[str, Callable[[Context, pd.Series, dict], Cell]]
+Quantity = tuple[str, Callable[[Context, pd.Series, Record], Cell]]
 
 
 def metric(name: str, fmt=R.fmt_num, reason_key: str | None = None, default_reason: str | None = None):
     """A quantity read from the record's metrics; its reason key explains a missing value."""
-    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
-        m = rec.get("metrics") or {}
+    def cell(ctx: Context, row: pd.Series, rec: Record) -> Cell:
+        m = rec.metrics
         reason = m.get(reason_key) if reason_key else None
-        return R.value_cell(m.get(name), [rec["record_id"]], fmt, reason=reason or default_reason)
+        return R.value_cell(m.get(name), [rec.record_id], fmt, reason=reason or default_reason)
     return cell
 
 
 def derived(column: str, fmt=R.fmt_num, *, also: Callable[[pd.Series], list[str]] | None = None,
             reason: str = "not derived for this point"):
     """A quantity from the study's own table (``column``), citing the row's record and ``also``'s."""
-    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
-        ids = [rec["record_id"]] + (also(row) if also else [])
+    def cell(ctx: Context, row: pd.Series, rec: Record) -> Cell:
+        ids = [rec.record_id] + (also(row) if also else [])
         return R.value_cell(row.get(column), ids, fmt, reason=reason)
     return cell
 
@@ -45,23 +46,23 @@ def rate(study: str, label: str, name: str, rates: tuple[str, ...] | None = None
     a pivot's columns are the systems, so a spread column per system would double the table's width.
     ``rates``: the study's rates to spread, ``name`` among them (None: ``noise.RATES``); ``no_spread``: what a
     blank spread means."""
-    def band(ctx: Context, row: pd.Series, rec: dict) -> tuple[float | None, float]:
+    def band(ctx: Context, row: pd.Series, rec: Record) -> tuple[float | None, float]:
         spreads = ctx.spreads(study, rates)
-        value = (rec.get("metrics") or {}).get(name)
-        found = rec["record_id"] in spreads.index and f"{name}_spread" in spreads.columns
-        spread = spreads.at[rec["record_id"], f"{name}_spread"] if found else float("nan")
+        value = rec.metrics.get(name)
+        found = rec.record_id in spreads.index and f"{name}_spread" in spreads.columns
+        spread = spreads.at[rec.record_id, f"{name}_spread"] if found else float("nan")
         return value, float(spread) if not pd.isna(spread) else float("nan")
 
-    def value(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+    def value(ctx: Context, row: pd.Series, rec: Record) -> Cell:
         v, spread = band(ctx, row, rec)
         places = noise.decimals(spread, v)
-        busy = f" {BUSY_MARK}" if (rec.get("metrics") or {}).get("machine_busy") else ""
-        return R.value_cell(v, [rec["record_id"]], lambda x: noise.fmt(x, places) + busy)
+        busy = f" {BUSY_MARK}" if rec.metrics.get("machine_busy") else ""
+        return R.value_cell(v, [rec.record_id], lambda x: noise.fmt(x, places) + busy)
 
-    def spread(ctx: Context, row: pd.Series, rec: dict) -> Cell:
+    def spread(ctx: Context, row: pd.Series, rec: Record) -> Cell:
         v, spread = band(ctx, row, rec)
         places = noise.decimals(spread, v)
-        return R.value_cell(spread, [rec["record_id"]], lambda x: noise.fmt(x, places), reason=no_spread)
+        return R.value_cell(spread, [rec.record_id], lambda x: noise.fmt(x, places), reason=no_spread)
     return [(label, value), (f"{label} spread", spread)]
 
 
@@ -76,9 +77,9 @@ ENERGY_FIELDS = ("energy_j", "power_avg_w", "tokens_per_j", "flops_per_j")
 
 def energy(work: str = "tokens"):
     """Work per joule (``tokens_per_j`` or ``flops_per_j``), or why the record has none."""
-    def cell(ctx: Context, row: pd.Series, rec: dict) -> Cell:
-        m = rec.get("metrics") or {}
-        return R.value_cell(m.get(f"{work}_per_j"), [rec["record_id"]], R.fmt_num, reason=energy_reason(m))
+    def cell(ctx: Context, row: pd.Series, rec: Record) -> Cell:
+        m = rec.metrics
+        return R.value_cell(m.get(f"{work}_per_j"), [rec.record_id], R.fmt_num, reason=energy_reason(m))
     return cell
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 import accel_kit.report.render as R
 from accel_kit.report.records import RecordSet
 from accel_kit.report.render import Citations, Table
+from accel_kit.results import Record
 
 
 @dataclass
@@ -57,11 +58,11 @@ class Context:
         self._frames: dict[str, pd.DataFrame] = {}
         self._spreads: dict[tuple, pd.DataFrame] = {}
 
-    def rec(self, record_id: str) -> dict:
+    def rec(self, record_id: str) -> Record:
         return self.records.by_id[record_id]
 
-    def metrics(self, record_id: str) -> dict:
-        return self.rec(record_id).get("metrics") or {}
+    def metrics(self, record_id: str) -> dict[str, Any]:
+        return self.rec(record_id).metrics
 
     def study(self, name: str) -> pd.DataFrame:
         """The study's records as a frame, with each row's provenance for figure hovers."""

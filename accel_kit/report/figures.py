@@ -115,7 +115,7 @@ def figure_7_sparsity_throughput(ctx: Context) -> Section:
                              ("FLOP-proportional ideal", derived("ideal_speedup", R.fmt_ratio,
                                                                  reason="effective FLOPs not recorded")),
                              ("how it ran", lambda c, row, rec: R.text_cell(row.get("execution"),
-                                                                            [rec["record_id"]])),
+                                                                            [rec.record_id])),
                              ("tokens/J", energy())]))
 
 

@@ -17,6 +17,7 @@ from accel_kit import noise
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
+from accel_kit.results import Record
 from accel_kit import identity
 from accel_kit.mesh import LAYOUT_FIELDS
 
@@ -223,15 +224,15 @@ def energy(ctx: Context) -> list[str]:
     """Per system: the best tokens per joule, or why there is none."""
     out = []
     for system in ctx.systems:
-        recs = [r for r in ctx.records.records if r["system"] == system and r["status"] == "ok"]
-        best = max((r for r in recs if (r.get("metrics") or {}).get("tokens_per_j") is not None),
-                   key=lambda r: r["metrics"]["tokens_per_j"], default=None)
+        recs = [r for r in ctx.records.records if ctx.records.column(r) == system and r.status == "ok"]
+        best = max((r for r in recs if r.metrics.get("tokens_per_j") is not None),
+                   key=lambda r: r.metrics["tokens_per_j"], default=None)
         if best is not None:
             out.append(f"<b>{esc(system)}</b>: best {R.fmt_num(best['metrics']['tokens_per_j'])} tokens/J "
                        f"({esc(best['study'])}, {esc(best.get('model'))})" + ctx.cite.refs([best["record_id"]]))
         elif recs:
-            out.append(f"<b>{esc(system)}</b>: no energy reading: {esc(energy_reason(recs[0].get('metrics') or {}))}"
-                       + ctx.cite.refs([recs[0]["record_id"]]))
+            out.append(f"<b>{esc(system)}</b>: no energy reading: {esc(energy_reason(recs[0].metrics))}"
+                       + ctx.cite.refs([recs[0].record_id]))
     return out
 
 
@@ -239,18 +240,18 @@ def input_bound(ctx: Context) -> list[str]:
     """Per study and system: the points whose step waited on its input (``input_bound``), named, with the
     loader's rate alone against what the step consumed; nothing when no point did."""
     out = []
-    hits: dict[tuple[str, str], list[dict]] = {}
+    hits: dict[tuple[str, str], list[Record]] = {}
     for r in ctx.records.records:
-        if r["status"] == "ok" and (r.get("metrics") or {}).get("input_bound"):
-            hits.setdefault((r["study"], r["system"]), []).append(r)
+        if r.status == "ok" and r.metrics.get("input_bound"):
+            hits.setdefault((r.study, ctx.records.column(r)), []).append(r)
     for (study, system), recs in sorted(hits.items()):
-        worst = max(recs, key=lambda r: r["metrics"]["input_wait_pct"])
+        worst = max(recs, key=lambda r: r.metrics["input_wait_pct"])
         m = worst["metrics"]
         loader = m.get("loader_tokens_per_s")
         out.append(f"<b>{esc(system)}</b>, {esc(study)}: {len(recs)} point(s) waited on their input; the worst, "
                    f"{esc(worst.get('model'))}, spent {R.fmt_pct(m['input_wait_pct'])} of its step on the loader "
                    f"({R.fmt_num(loader) if loader is not None else 'too fast to time'} tokens/s alone against "
-                   f"the step's {R.fmt_num(m['step_input_tokens_per_s'])})" + ctx.cite.refs([r["record_id"] for r in recs]))
+                   f"the step's {R.fmt_num(m['step_input_tokens_per_s'])})" + ctx.cite.refs([r.record_id for r in recs]))
     return out
 
 

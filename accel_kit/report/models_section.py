@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from accel_kit.report.context import Context, Section
 from accel_kit.report.render import Cell, Table
+from accel_kit.results import Record
 
 COLUMNS = ["family", "layers x width", "parameters", "active parameters", "experts (routed, per token, shared)"]
 
@@ -12,10 +13,10 @@ COLUMNS = ["family", "layers x width", "parameters", "active parameters", "exper
 def models_section(ctx: Context) -> Section:
     """One row per model (preset) that a training record names, from the first such record."""
     s = Section("models", "Models")
-    first: dict[str, dict] = {}
+    first: dict[str, Record] = {}
     for r in ctx.records.records:
-        if r.get("model") and (r.get("metrics") or {}).get("n_params") is not None:
-            first.setdefault(r["model"], r)
+        if r.model and r.metrics.get("n_params") is not None:
+            first.setdefault(r.model, r)
     if not first:
         return s.text("<p>No training record names its model.</p>")
     table = Table("models-table", ["model"], COLUMNS)
@@ -26,8 +27,8 @@ def models_section(ctx: Context) -> Section:
     return s.table(table)
 
 
-def _cells(rec: dict) -> list[Cell]:
-    m, rid = rec["metrics"], (rec["record_id"],)
+def _cells(rec: Record) -> list[Cell]:
+    m, rid = rec.metrics, (rec.record_id,)
     total = int(m["n_params"])
     active = int(m.get("n_params_active") or total)
     experts = (f"{m['n_experts']}, {m.get('experts_per_token', '?')}, {m.get('n_shared_experts', 0)}"

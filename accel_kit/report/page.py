@@ -8,6 +8,7 @@ from accel_kit import __version__
 import accel_kit.report.render as R
 from accel_kit.report.context import Context, Section
 from accel_kit.report.render import esc
+from accel_kit.results import Record
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1500px;
@@ -69,18 +70,18 @@ def section_html(section: Section, cite: R.Citations) -> str:
 def records_html(ctx: Context) -> str:
     """Every record of the report, numbered as cited, with its provenance (the footnotes' targets)."""
     for rec in ctx.records.records:  # records no table cites (e.g. drawn only) get numbers after the cited ones
-        ctx.cite.cite(rec["record_id"])
+        ctx.cite.cite(rec.record_id)
     rows = []
     for rid, n in sorted(ctx.cite.numbers.items(), key=lambda kv: kv[1]):
         rec = ctx.rec(rid)
-        params = rec.get("params") or {}
+        params = rec.params
         rows.append(
-            f'<tr id="rec-{n}"><td>{n}</td><td><code>{esc(rid)}</code></td><td>{esc(rec["study"])}</td>'
-            f'<td>{esc(rec["system"])}</td><td>{esc(rec.get("model") or "")} {esc(params.get("precision") or "")}</td>'
-            f'<td>{esc(rec["status"])}' + (f': {esc(R.short(rec.get("reason"), 200))}' if rec.get("reason") else "")
-            + f'</td><td>{esc(R.date_of(rec))}</td><td><code>{esc(rec.get("run_id") or "")}</code></td>'
+            f'<tr id="rec-{n}"><td>{n}</td><td><code>{esc(rid)}</code></td><td>{esc(rec.study)}</td>'
+            f'<td>{esc(rec.system)}</td><td>{esc(rec.model or "")} {esc(params.get("precision") or "")}</td>'
+            f'<td>{esc(rec.status)}' + (f': {esc(R.short(rec.reason, 200))}' if rec.reason else "")
+            + f'</td><td>{esc(R.date_of(rec))}</td><td><code>{esc(rec.run_id or "")}</code></td>'
             f'<td>{esc(R.commit_of(rec))}</td><td>{esc(R.device_of(rec))}</td><td>{esc(R.versions_of(rec))}</td>'
-            f'<td>{esc((rec.get("env") or {}).get("host") or "")}</td></tr>')
+            f'<td>{esc(rec.env.get("host") or "")}</td></tr>')
     head = "".join(f"<th>{h}</th>" for h in ("#", "record id", "study", "system", "model, precision", "status",
                                             "date", "run", "commit", "device", "versions", "host"))
     return ('<section id="records"><h2>Records</h2><p>Every record in this report, numbered as the tables cite '
@@ -132,7 +133,7 @@ def page(ctx: Context, sections: list[Section], rendered: list[str], *, title: s
         + "".join(rendered) + records_html(ctx) + "</body></html>\n")
 
 
-def _newest(records: list[dict]) -> str:
+def _newest(records: list[Record]) -> str:
     """When the newest record was measured (its timestamp, to the minute), so a stale page shows it."""
-    stamps = sorted(str(r.get("timestamp") or "") for r in records if r.get("timestamp"))
+    stamps = sorted(str(r.timestamp or "") for r in records if r.timestamp)
     return stamps[-1][:16].replace("T", " ") + " UTC" if stamps else "none"

@@ -19,8 +19,6 @@ import pandas as pd
 from accel_kit import results
 from accel_kit.errors import DataError
 
-_REQUIRED = ("record_id", "study", "system", "status")
-
 
 @dataclass
 class Source:
@@ -32,9 +30,9 @@ class Source:
 
 @dataclass
 class RecordSet:
-    """The selected records (dicts, as written), with what was read and what was left out."""
+    """The selected records, with what was read and what was left out."""
 
-    records: list[dict]
+    records: list[results.Record]
     sources: list[Source]
     duplicates: int = 0  # records read more than once (the same record_id in several sources)
     superseded: int = 0  # older records of a point that a later run measured again
@@ -43,38 +41,45 @@ class RecordSet:
     systems_found: list[str] = field(default_factory=list)  # before the systems filter
     # Every run of the selected systems' points, superseded ones too: a point's spread widens to its runs'
     # range as the notebook's does (``Context.spreads``); None: only ``records`` were given.
-    runs: list[dict] | None = None
+    runs: list[results.Record] | None = None
+
+    def column(self, rec: results.Record) -> str:
+        """The report's column ``rec`` belongs to: its system, or, ``by_run``, ``system @ run_id``."""
+        return f"{rec.system} @ {rec.run_id or '?'}" if self.by_run else rec.system
 
     @cached_property
-    def by_id(self) -> dict[str, dict]:
-        return {rec["record_id"]: rec for rec in self.records}
+    def by_id(self) -> dict[str, results.Record]:
+        return {rec.record_id: rec for rec in self.records}
+
+    def _frame(self, records: Iterable[results.Record]) -> pd.DataFrame:
+        """``records`` framed (``accel_kit.results.frame``), their ``system`` column their report column."""
+        records = list(records)
+        df = results.frame(records)
+        if self.by_run and not df.empty:
+            df["system"] = [self.column(rec) for rec in records]
+        return df
 
     @cached_property
     def frame(self) -> pd.DataFrame:
         """Every selected record, flattened (``accel_kit.results.frame``)."""
-        return results.frame(self.records)
+        return self._frame(self.records)
 
     def study(self, name: str) -> pd.DataFrame:
         """The selected records of one study (an empty frame when there are none)."""
         # Framed apart: another study's columns would turn this one's integers into floats (NaN).
-        return results.frame([rec for rec in self.records if rec["study"] == name])
+        return self._frame(rec for rec in self.records if rec.study == name)
 
     def study_runs(self, name: str) -> pd.DataFrame:
         """Every run of one study's points (``runs``: superseded records too), framed as ``study``."""
-        return results.frame([rec for rec in (self.runs if self.runs is not None else self.records)
-                              if rec["study"] == name])
+        return self._frame(rec for rec in (self.runs if self.runs is not None else self.records) if rec.study == name)
 
     @property
     def systems(self) -> list[str]:
         """The systems (or, by run, system @ run columns) in the report, sorted."""
-        return sorted({rec["system"] for rec in self.records})
+        return sorted({self.column(rec) for rec in self.records})
 
     def studies(self) -> list[str]:
-        return sorted({rec["study"] for rec in self.records})
-
-
-def _is_record(obj) -> bool:
-    return isinstance(obj, dict) and all(obj.get(k) for k in _REQUIRED)
+        return sorted({rec.study for rec in self.records})
 
 
 def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = None,
@@ -91,23 +96,19 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
         DataError: a source that does not exist or cannot be read, a malformed record line, or
             a system asked for that no source holds.
     """
-    seen: dict[str, dict] = {}
+    seen: dict[str, tuple[results.Record, int]] = {}  # record id -> (the record, its order read)
     read: list[Source] = []
     duplicates = 0
-    order = 0
     for source in sources:
         count = 0
-        for rec in results.read_source(source):
-            if not _is_record(rec):
-                continue  # a JSON line that is not a result record (another tool's file)
+        for rec in results.read_source(source):  # (a JSON line that is no record, another tool's, is skipped)
             count += 1
-            if rec["record_id"] in seen:
+            if rec.record_id in seen:
                 duplicates += 1
                 continue
-            seen[rec["record_id"]] = rec | {"_order": order}
-            order += 1
+            seen[rec.record_id] = (rec, len(seen))
         read.append(Source(str(source), count))
-    found = sorted({rec["system"] for rec in seen.values()})
+    found = sorted({rec.system for rec, _ in seen.values()})
     chosen = list(seen.values())
     filtered_out = 0
     if systems is not None:
@@ -116,21 +117,19 @@ def collect(sources: Iterable[str | Path], *, systems: Iterable[str] | None = No
         if missing:
             raise DataError(f"no records of system {', '.join(map(repr, missing))} in "
                             f"{', '.join(s.path for s in read)}; found: {', '.join(found) or 'none'}")
-        chosen = [rec for rec in chosen if rec["system"] in wanted]
+        chosen = [(rec, order) for rec, order in chosen if rec.system in wanted]
         filtered_out = len(seen) - len(chosen)
     # Oldest first (ties in the order read): the last record of a point is its latest.
-    chosen.sort(key=lambda r: (str(r.get("timestamp") or ""), r["_order"]))
+    chosen.sort(key=lambda pair: (pair[0].timestamp or "", pair[1]))
     superseded = 0
+    runs = [rec for rec, _ in chosen]
     if by_run:
-        kept = [rec | {"system": f"{rec['system']} @ {rec.get('run_id') or '?'}", "system_id": rec["system"]}
-                for rec in chosen]
+        records = runs
     else:
-        latest: dict[tuple, dict] = {}
-        for rec in chosen:
-            latest[(rec["study"], rec["system"], results.point_key_of(rec))] = rec
+        latest: dict[tuple, tuple[results.Record, int]] = {}
+        for rec, order in chosen:
+            latest[(rec.study, rec.system, results.point_key_of(rec))] = (rec, order)
         superseded = len(chosen) - len(latest)
-        kept = sorted(latest.values(), key=lambda r: r["_order"])
-    records = [{k: v for k, v in rec.items() if k != "_order"} for rec in kept]
-    runs = [{k: v for k, v in rec.items() if k != "_order"} for rec in chosen] if not by_run else records
+        records = [rec for rec, _ in sorted(latest.values(), key=lambda pair: pair[1])]
     return RecordSet(records=records, sources=read, duplicates=duplicates, superseded=superseded,
                      filtered_out=filtered_out, by_run=by_run, systems_found=found, runs=runs)

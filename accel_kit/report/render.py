@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from accel_kit.results import Record
+
 NOT_RUN = "not run"
 NOT_MEASURED = "not measured"
 
@@ -104,7 +106,7 @@ def not_run(reason: str) -> Cell:
 class Citations:
     """Footnote numbers for records, in order of first citation, and their provenance."""
 
-    def __init__(self, by_id: dict[str, dict]):
+    def __init__(self, by_id: dict[str, Record]):
         self.by_id = by_id
         self.numbers: dict[str, int] = {}
 
@@ -125,37 +127,37 @@ class Citations:
         return "\n".join(provenance(self.by_id[r]) for r in dict.fromkeys(record_ids) if r in self.by_id)
 
 
-def commit_of(rec: dict) -> str:
-    git = (rec.get("env") or {}).get("git") or {}
+def commit_of(rec: Record) -> str:
+    git = rec.env.get("git") or {}
     commit = git.get("commit")
     if not commit:
         return "commit unknown"
     return f"commit {commit[:10]}" + (" (uncommitted changes)" if git.get("dirty") else "")
 
 
-def versions_of(rec: dict) -> str:
-    env = rec.get("env") or {}
+def versions_of(rec: Record) -> str:
+    env = rec.env
     parts = [f"{name} {env[name]}" for name in ("accel_kit", "python", "torch", "transformers") if env.get(name)]
     device_versions = ((env.get("device") or {}).get("versions") or {})
     parts += [f"{k} {v}" for k, v in device_versions.items() if v and k not in ("torch",)]
     return ", ".join(parts) or "versions not recorded"
 
 
-def device_of(rec: dict) -> str:
-    env_device = (rec.get("env") or {}).get("device") or {}
-    model = rec.get("device") or env_device.get("model") or "device not recorded"
+def device_of(rec: Record) -> str:
+    env_device = rec.env.get("device") or {}
+    model = rec.device or env_device.get("model") or "device not recorded"
     adapter = env_device.get("adapter")
     return f"{model} ({adapter})" if adapter else str(model)
 
 
-def date_of(rec: dict) -> str:
-    return str(rec.get("timestamp") or "date unknown").replace("T", " ").replace("+00:00", " UTC")
+def date_of(rec: Record) -> str:
+    return str(rec.timestamp or "date unknown").replace("T", " ").replace("+00:00", " UTC")
 
 
-def provenance(rec: dict, *, with_id: bool = True) -> str:
+def provenance(rec: Record, *, with_id: bool = True) -> str:
     """One line: record id, date, commit, device, software versions."""
-    head = f"record {rec['record_id'][:12]} · " if with_id else ""
-    return (f"{head}{rec.get('system_id', rec['system'])} · {date_of(rec)} · "
+    head = f"record {rec.record_id[:12]} · " if with_id else ""
+    return (f"{head}{rec.system} · {date_of(rec)} · "
             f"{commit_of(rec)} · {device_of(rec)} · {versions_of(rec)}")
 
 

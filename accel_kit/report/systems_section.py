@@ -10,6 +10,7 @@ import accel_kit.report.render as R
 from accel_kit.report.cells import energy_reason
 from accel_kit.report.context import Context, Section
 from accel_kit.report.render import Cell, Table
+from accel_kit.results import Record
 
 
 def systems_section(ctx: Context) -> Section:
@@ -19,9 +20,9 @@ def systems_section(ctx: Context) -> Section:
     s = Section("systems", "Systems")
     records = ctx.records.records
     table = Table("systems-table", ["", "quantity"], ctx.systems)
-    per_system = {sys: [r for r in records if r["system"] == sys] for sys in ctx.systems}
+    per_system = {sys: [r for r in records if ctx.records.column(r) == sys] for sys in ctx.systems}
 
-    def row(group: str, name: str, fn: Callable[[list[dict]], Cell]) -> None:
+    def row(group: str, name: str, fn: Callable[[list[Record]], Cell]) -> None:
         table.add([group, name], [fn(per_system[sys]) for sys in ctx.systems])
 
     def distinct(values: list[tuple[str, str]], what: str) -> Cell:
@@ -35,16 +36,16 @@ def systems_section(ctx: Context) -> Section:
         return Cell("; ".join(first), tuple(first.values()))
 
     row("system", "description", lambda recs: _description(recs))
-    row("system", "device", lambda recs: distinct([(R.device_of(r), r["record_id"]) for r in recs], "the device"))
+    row("system", "device", lambda recs: distinct([(R.device_of(r), r.record_id) for r in recs], "the device"))
     row("system", "devices used", _devices_used)
-    row("system", "hosts", lambda recs: distinct([((r.get("env") or {}).get("host"), r["record_id"])
+    row("system", "hosts", lambda recs: distinct([(r.env.get("host"), r.record_id)
                                                  for r in recs], "the host"))
-    row("software", "versions", lambda recs: distinct([(R.versions_of(r), r["record_id"]) for r in recs],
+    row("software", "versions", lambda recs: distinct([(R.versions_of(r), r.record_id) for r in recs],
                                                       "the versions"))
-    row("software", "accel-kit commit", lambda recs: distinct([(R.commit_of(r), r["record_id"]) for r in recs],
+    row("software", "accel-kit commit", lambda recs: distinct([(R.commit_of(r), r.record_id) for r in recs],
                                                               "the commit"))
     row("precision", "that ran, and why", lambda recs: distinct(
-        [(_precision_text(r), r["record_id"]) for r in recs if (r.get("params") or {}).get("precision")],
+        [(_precision_text(r), r.record_id) for r in recs if r.params.get("precision")],
         "its precision"))
     for study in STUDIES:
         row("records", study, lambda recs, study=study: _study_counts(recs, study))
@@ -58,12 +59,12 @@ def systems_section(ctx: Context) -> Section:
     return s.table(table)
 
 
-def _description(recs: list[dict]) -> Cell:
+def _description(recs: list[Record]) -> Cell:
     for r in recs:
-        system = (r.get("env") or {}).get("system") or {}
+        system = r.env.get("system") or {}
         if system.get("description"):
-            return Cell(system["description"], (r["record_id"],))
-    sid = recs[0].get("system_id", recs[0]["system"]) if recs else None
+            return Cell(system["description"], (r.record_id,))
+    sid = recs[0].system if recs else None
     if sid:
         from accel_kit.errors import AccelKitError
         from accel_kit.systems import load_system
@@ -77,14 +78,14 @@ def _description(recs: list[dict]) -> Cell:
                 "params/systems YAML of this id here")
 
 
-def _devices_used(recs: list[dict]) -> Cell:
+def _devices_used(recs: list[Record]) -> Cell:
     counts: dict[int, str] = {}
     per_node = None
     for r in recs:
-        params = r.get("params") or {}
+        params = r.params
         n = params.get("devices", 1)
-        counts.setdefault(int(n), r["record_id"])
-        per_node = per_node or params.get("devices_per_node") or ((r.get("env") or {}).get("system") or {}).get(
+        counts.setdefault(int(n), r.record_id)
+        per_node = per_node or params.get("devices_per_node") or (r.env.get("system") or {}).get(
             "devices_per_node")
     if not counts:
         return Cell(R.NOT_MEASURED, (), R.NOT_MEASURED, "no records")
@@ -92,33 +93,33 @@ def _devices_used(recs: list[dict]) -> Cell:
     return Cell(text, tuple(counts[n] for n in sorted(counts)))
 
 
-def _precision_text(rec: dict) -> str:
-    return results.precision_text(rec.get("params") or {})
+def _precision_text(rec: Record) -> str:
+    return results.precision_text(rec.params)
 
 
-def _study_counts(recs: list[dict], study: str) -> Cell:
-    mine = [r for r in recs if r["study"] == study]
+def _study_counts(recs: list[Record], study: str) -> Cell:
+    mine = [r for r in recs if r.study == study]
     if not mine:
         return R.not_run(f"no {study} records from this system")
-    counts = Counter(r["status"] for r in mine)
-    ok = [r["record_id"] for r in mine if r["status"] == "ok"][:1]
-    other = [r["record_id"] for r in mine if r["status"] != "ok"][:1]
+    counts = Counter(r.status for r in mine)
+    ok = [r.record_id for r in mine if r.status == "ok"][:1]
+    other = [r.record_id for r in mine if r.status != "ok"][:1]
     return Cell(", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: kv[0] != "ok")),
                 tuple(ok + other))
 
 
-def _peaks(recs: list[dict], key: str, reason_key: str) -> Cell:
+def _peaks(recs: list[Record], key: str, reason_key: str) -> Cell:
     best: dict[str, tuple[float, str]] = {}
     reasons: dict[str, tuple[str, str]] = {}
     for r in recs:
-        if r["status"] != "ok":
+        if r.status != "ok":
             continue
-        m, precision = r.get("metrics") or {}, (r.get("params") or {}).get("precision", "?")
+        m, precision = r.metrics, r.params.get("precision", "?")
         if m.get(key) is not None:
             if precision not in best or m[key] > best[precision][0]:
-                best[precision] = (m[key], r["record_id"])
+                best[precision] = (m[key], r.record_id)
         elif m.get(reason_key):
-            reasons.setdefault(precision, (m[reason_key], r["record_id"]))
+            reasons.setdefault(precision, (m[reason_key], r.record_id))
     if best:
         text = "; ".join(f"{p}: {R.fmt_num(v)} TFLOP/s" for p, (v, _) in sorted(best.items()))
         return Cell(text, tuple(rid for _, rid in best.values()))
@@ -128,31 +129,31 @@ def _peaks(recs: list[dict], key: str, reason_key: str) -> Cell:
     return Cell(R.NOT_MEASURED, (), R.NOT_MEASURED, "no ok record carries a peak")
 
 
-def _best(recs: list[dict], key: str, reason_key: str) -> Cell:
+def _best(recs: list[Record], key: str, reason_key: str) -> Cell:
     top = None
     reason = None
     for r in recs:
-        m = r.get("metrics") or {}
-        if r["status"] != "ok":
+        m = r.metrics
+        if r.status != "ok":
             continue
         if m.get(key) is not None and not (key == "mfu_measured_pct" and m.get("mfu_measured_unreliable")):
             if top is None or m[key] > top[0]:
                 top = (m[key], r)
         elif m.get(reason_key) and reason is None:
-            reason = (m[reason_key], r["record_id"])
+            reason = (m[reason_key], r.record_id)
     if top is not None:
         v, r = top
-        where = r["study"] + (f", {r.get('model')}" if r.get("model") else "") + \
-            f", {(r.get('params') or {}).get('precision', '?')}"
-        return Cell(f"{R.fmt_pct(v)} ({where})", (r["record_id"],))
+        where = r.study + (f", {r.model}" if r.model else "") + \
+            f", {r.params.get('precision', '?')}"
+        return Cell(f"{R.fmt_pct(v)} ({where})", (r.record_id,))
     if reason:
         return Cell(R.NOT_MEASURED, (reason[1],), R.NOT_MEASURED, reason[0])
     return Cell(R.NOT_MEASURED, (), R.NOT_MEASURED, "no ok record")
 
 
-def _energy_summary(recs: list[dict]) -> Cell:
-    ok = [r for r in recs if r["status"] == "ok"]
-    with_energy = [r for r in ok if any((r.get("metrics") or {}).get(k) is not None
+def _energy_summary(recs: list[Record]) -> Cell:
+    ok = [r for r in recs if r.status == "ok"]
+    with_energy = [r for r in ok if any(r.metrics.get(k) is not None
                                         for k in ("tokens_per_j", "flops_per_j"))]
     if with_energy:
         return Cell(f"measured in {len(with_energy)} of {len(ok)} ok records", (with_energy[0]["record_id"],))

@@ -61,7 +61,7 @@ class StudyRun:
     system: str
     run_id: str
     study_dir: Path  # outputs/<study>/
-    records: list[dict]
+    records: list[results.Record]
     profile: str | None = "quick"
     # What the run was given beyond its profile (None = the profile's value), for the re-run command.
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -76,13 +76,13 @@ class StudyRun:
         df = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
         if df.empty:
             return df
-        ids = {rec["record_id"] for rec in self.records}
+        ids = {rec.record_id for rec in self.records}
         return df[df["record_id"].isin(ids)].reset_index(drop=True)
 
     @property
     def reused(self) -> int:
         """How many of the records come from an earlier run (points skipped on resume)."""
-        return sum(rec["run_id"] != self.run_id for rec in self.records)
+        return sum(rec.run_id != self.run_id for rec in self.records)
 
     def table(self) -> pd.DataFrame:
         """The study's summary table of this run (the data: every column, the record ids)."""
@@ -118,8 +118,8 @@ class StudyRun:
         how to measure again; None when every point was measured now."""
         if not self.reused:
             return None
-        earlier = [rec for rec in self.records if rec["run_id"] != self.run_id]
-        dates = sorted(str(rec.get("timestamp", ""))[:16].replace("T", " ") for rec in earlier)
+        earlier = [rec for rec in self.records if rec.run_id != self.run_id]
+        dates = sorted(rec.timestamp[:16].replace("T", " ") for rec in earlier)
         when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
         head = (f"Nothing was measured now: all {len(self.records)} points" if self.reused == len(self.records)
                 else f"{self.reused} of {len(self.records)} points (the rest measured now)")
@@ -132,8 +132,8 @@ class StudyRun:
 
     def precision_line(self) -> str:
         """The precision each point ran in and why (``auto``'s choice and its reason), once per distinct choice."""
-        seen = dict.fromkeys(results.precision_text(rec["params"]) for rec in self.records
-                             if (rec.get("params") or {}).get("precision"))
+        seen = dict.fromkeys(results.precision_text(rec.params) for rec in self.records
+                             if rec.params.get("precision"))
         return "Precision that ran: " + " | ".join(seen) if seen else "Precision: no point recorded one."
 
     def figures(self, save: bool = True) -> dict[str, Any]:
@@ -158,8 +158,8 @@ class StudyRun:
         counts: dict[str, int] = {}
         reasons: dict[str, str] = {}
         for rec in self.records:
-            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-            reasons.setdefault(rec["status"], rec.get("reason") or "")
+            counts[rec.status] = counts.get(rec.status, 0) + 1
+            reasons.setdefault(rec.status, rec.reason or "")
         if not self.records:
             return "No figure to draw: this run has no points."
         if "ok" in counts:
@@ -246,7 +246,7 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
 
 
 def run_declared(study: str, module: ModuleType, params: Any, system: Any, *, records_path: Path, run_id: str,
-                 profile: str | None = None, progress: bool = True, rerun: bool = False) -> list[dict]:
+                 profile: str | None = None, progress: bool = True, rerun: bool = False) -> list[results.Record]:
     """The generic runner: the study's declared points (``module.points(params, system)``, of any kind), each in
     its own process (``accel_kit.engine.sweep.run_sweep``); one record each. The records' params are each
     point's fields, beside the study's parameters that no point holds (``params.timeout_s``: each point's

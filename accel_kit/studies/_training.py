@@ -24,6 +24,7 @@ from accel_kit.devices import PrecisionChoice
 from accel_kit.errors import ParameterError
 from accel_kit.models import check_preset
 from accel_kit.params import StudyParams
+from accel_kit.results import Record
 from accel_kit.systems import System
 from accel_kit.engine.layout import check_layout
 from accel_kit.engine.point import Point, TrainPoint, TrainSpec
@@ -194,7 +195,7 @@ def peak_shapes(points: Sequence[TrainPoint]) -> tuple[tuple[int, int, int], ...
 
 
 def run_points(study: str, params: TrainingParams, system: System, points: Sequence[Point], *, records_path: Path,
-               run_id: str, profile: str | None, progress: bool, rerun: bool = False) -> list[dict]:
+               run_id: str, profile: str | None, progress: bool, rerun: bool = False) -> list[Record]:
     """Resolve the training points' data, then run (or resume) the sweep of ``points`` (of any kind: a study
     may measure other kinds beside its training steps) with a measured peak reference."""
     params.check(system)
@@ -326,11 +327,11 @@ def with_layout(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(layout=[layout_label(r) for _, r in df.iterrows()])
 
 
-def study_runner(study: str) -> Callable[..., list[dict]]:
+def study_runner(study: str) -> Callable[..., list[Record]]:
     """The ``run`` of a training study that differs from the others only in its axes."""
 
     def run(params: TrainingParams, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-            progress: bool = True, rerun: bool = False) -> list[dict]:
+            progress: bool = True, rerun: bool = False) -> list[Record]:
         points = all_points(params, system)
         return run_points(study, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                           progress=progress, rerun=rerun)

@@ -143,7 +143,7 @@ def prepare_genomes(params: Params, data_root: Path, seq_lens: list[int], *,
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True, rerun: bool = False) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[results.Record]:
     """Prepare the genomes, then run (or resume) ``point_presets() x seq_lens``; one record per point."""
     params.check(system)  # before preparing data: a typo should cost nothing
     lengths = sorted(set(params.seq_lens))  # ascending, so the memory frontier is found first

@@ -10,8 +10,9 @@ transformers' ``generate`` from the same weights (``hf_reference``).
 Serving is the study's second kind of point, ``serve`` (``accel_kit.engine.serve_measure``): each serve preset
 behind a real OpenAI-compatible server (``transformers serve`` or vLLM) on the loopback, under a fixed concurrency
 or Poisson arrivals at a request rate, seeded; request and output-token throughput, TTFT, TPOT, ITL and end-to-end
-latency at p50/p90/p99, and goodput under an SLO. They run after the offline points, one server per preset
-(``run_serve_points``); no concurrency and no request rate: no serving points.
+latency at p50/p90/p99, and goodput under an SLO. They run after the offline points, through the same sweep (its
+resume and its records), one server per preset (the serve kind's runner, ``serve_measure.SweepServe``); no
+concurrency and no request rate: no serving points.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 from accel_kit import energy, identity, noise, results
 from accel_kit.engine.point import Point
 from accel_kit.params import PrecisionRequest, StudyParams
+from accel_kit.results import Record
 from accel_kit.serving.load import check_load
 from accel_kit.serving.stats import MLPERF_SLO_S, parse_slo
 from accel_kit.systems import System
@@ -180,11 +182,11 @@ def points(params: Params, system: System) -> list[Point]:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True, rerun: bool = False) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[Record]:
     """The measured bandwidth first (once, a point of its own), then every offline point through the sweep runner,
-    with the matmul peak of the prefill's shapes measured before the first; then the serve points in this process,
-    one server per preset (``run_serve_points``). The engine and the port are checked before anything runs."""
-    from accel_kit.engine.serve_measure import run_serve_points
+    with the matmul peak of the prefill's shapes measured before the first; then, in the same sweep, the serve
+    points, one server per preset (in the runner's process: the serve kind's runner). The engine and the port are
+    checked before anything runs."""
     from accel_kit.engine.sweep import BandwidthReference, PeakReference, run_sweep
     from accel_kit.models import family_of, get_config
 
@@ -198,30 +200,25 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     peak = PeakReference(system.id, shapes, enabled=params.measure_peak)
     in_points = set().union(*(type(p).model_fields for p in offline + served))
     extra = params.model_dump(exclude=in_points) | {"profile": profile}
-    records = run_sweep(STUDY, offline, records_path=records_path, run_id=run_id, extra_params=extra,
+    records = run_sweep(STUDY, offline + served, records_path=records_path, run_id=run_id, extra_params=extra,
                         timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
-    if served and progress:
-        print(f"serving: {len(served)} points through {params.engine} ({', '.join(p.label() for p in served)})",
-              flush=True)
-    records += run_serve_points(STUDY, served, system.adapter_instance(), records_path=records_path, run_id=run_id,
-                                extra_params=extra, rerun=rerun, deadline_s=params.timeout_s)
     if served and progress:
         print(serve_progress(records), flush=True)
     return records
 
 
-def serve_progress(records: list[dict]) -> str:
+def serve_progress(records: list[Record]) -> str:
     """One line per serve record: its load, status and output tokens/s with p99 TPOT, or its reason."""
     lines = []
     for rec in records:
-        if rec.get("kind") != "serve":
+        if rec.kind != "serve":
             continue
-        p, m = rec["params"], rec.get("metrics") or {}
+        p, m = rec.params, rec.metrics
         load = f"concurrency {p['concurrency']}" if p.get("concurrency") else f"{p['request_rate']:g} req/s"
         tpot = f"{1e3 * m['serve_tpot_p99_s']:.0f} ms" if m.get("serve_tpot_p99_s") is not None else "none"
         said = (f"{m['serve_output_tokens_per_s']:.1f} output tokens/s, p99 TPOT {tpot}, "
-                f"goodput {m['goodput_requests_per_s']:.2f} req/s" if rec["status"] == "ok" else rec.get("reason"))
-        lines.append(f"  {p['preset']} in {p['prompt_tokens']} out {p['output_tokens']}, {load}: {rec['status']}: "
+                f"goodput {m['goodput_requests_per_s']:.2f} req/s" if rec.status == "ok" else rec.reason)
+        lines.append(f"  {p['preset']} in {p['prompt_tokens']} out {p['output_tokens']}, {load}: {rec.status}: "
                      f"{said}")
     return "\n".join(lines)
 

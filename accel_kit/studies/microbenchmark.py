@@ -76,7 +76,7 @@ def resolve_precisions(params: Params, system: System) -> list:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True, rerun: bool = False) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[results.Record]:
     """Measure (or resume) every point, each in its own process; one record per point."""
     choices = resolve_precisions(params, system)
     fixed = params.model_dump(include={"preset", "seq_len", "warmup", "trials", "tf32",

@@ -79,7 +79,7 @@ def configurations(params: Params) -> list[tuple[str, float]]:
 
 
 def run(params: Params, system: System, *, records_path: Path, run_id: str, profile: str | None = None,
-        progress: bool = True, rerun: bool = False) -> list[dict]:
+        progress: bool = True, rerun: bool = False) -> list[results.Record]:
     configs = configurations(params)
     choice = resolve_precision(params, system)
     points = [make_point(params, system, choice, preset=preset, sparsity=s, sparsity_pattern=pattern,
