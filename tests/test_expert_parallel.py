@@ -16,6 +16,7 @@ from accel_kit.engine.point import TrainPoint
 from accel_kit.engine.worker import end_group
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
+from accel_kit.results import Record
 from accel_kit.models import estimate_training_memory, family_of, fits, get_config
 from accel_kit.models.init import initialised
 from accel_kit.models.moe.dispatch import LocalDispatch
@@ -253,9 +254,9 @@ def _predict_record(shape, step_s, mem_gib):
     lay = shape.layout
     params = {"kind": "train", "preset": shape.preset, "seq_len": shape.seq_len, "micro_batch_size": lay.micro_batch_size,
               "gas": lay.gas, "devices": lay.devices, "precision": shape.precision, "engine": lay.engine}
-    return {"record_id": f"{shape.seq_len}-{lay.micro_batch_size}", "system": "cpu", "study": "scaling",
-            "status": "ok", "params": params, "env": {"device": {"threads": 2}},
-            "metrics": {"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"}}
+    return Record(record_id=f"{shape.seq_len}-{lay.micro_batch_size}", system="cpu", study="scaling", kind="train",
+                  status="ok", run_id="r", params=params, env={"device": {"threads": 2}},
+                  metrics={"step_time_s": step_s, "mem_peak_gib": mem_gib, "attention_kernel_ran": "flash"})
 
 
 def test_predictor_adds_the_all_to_alls_and_shards_the_experts():

@@ -153,14 +153,16 @@ def test_findings_name_the_input_bound_points():
     from types import SimpleNamespace
 
     from accel_kit.report.findings import input_bound
+    from accel_kit.results import Record
 
     def rec(i, bound, wait):
-        return {"record_id": f"r{i}", "status": "ok", "study": "gas", "system": "cpu", "model": f"m{i}",
-                "metrics": {"input_bound": bound, "input_wait_pct": wait, "loader_tokens_per_s": 1000.0,
-                            "step_input_tokens_per_s": 400.0}}
+        return Record(record_id=f"r{i}", status="ok", study="gas", system="cpu", kind="train", run_id="r", params={},
+                      model=f"m{i}", metrics={"input_bound": bound, "input_wait_pct": wait,
+                                              "loader_tokens_per_s": 1000.0, "step_input_tokens_per_s": 400.0})
 
     cited = []
-    ctx = SimpleNamespace(records=SimpleNamespace(records=[rec(1, False, 1.0), rec(2, True, 40.0), rec(3, True, 20.0)]),
+    ctx = SimpleNamespace(records=SimpleNamespace(records=[rec(1, False, 1.0), rec(2, True, 40.0), rec(3, True, 20.0)],
+                                                  column=lambda r: r.system),
                           cite=SimpleNamespace(refs=lambda ids: cited.append(list(ids)) or ""))
     [line] = input_bound(ctx)
     assert "2 point(s) waited on their input" in line and "m2" in line and "40.0 %" in line

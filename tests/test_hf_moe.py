@@ -125,7 +125,10 @@ def test_the_predictor_takes_an_hf_preset(tmp_path, capsys):
     # Its records are learnt from while the file is there; moved away (records travel), they are left out.
     from accel_kit.predict.records import usable
 
-    record = {"status": "ok", "params": {"kind": "train", "preset": file_preset}, "metrics": {"step_time_s": 0.1}}
+    from accel_kit.results import Record
+
+    record = Record(record_id="r", study="scaling", system="cpu", kind="train", status="ok", run_id="r",
+                    params={"kind": "train", "preset": file_preset}, metrics={"step_time_s": 0.1})
     assert usable(record)
     (tmp_path / "qwen3_moe" / "config.json").unlink()
     assert not usable(record)

@@ -246,10 +246,10 @@ def input_bound(ctx: Context) -> list[str]:
             hits.setdefault((r.study, ctx.records.column(r)), []).append(r)
     for (study, system), recs in sorted(hits.items()):
         worst = max(recs, key=lambda r: r.metrics["input_wait_pct"])
-        m = worst["metrics"]
+        m = worst.metrics
         loader = m.get("loader_tokens_per_s")
         out.append(f"<b>{esc(system)}</b>, {esc(study)}: {len(recs)} point(s) waited on their input; the worst, "
-                   f"{esc(worst.get('model'))}, spent {R.fmt_pct(m['input_wait_pct'])} of its step on the loader "
+                   f"{esc(worst.model)}, spent {R.fmt_pct(m['input_wait_pct'])} of its step on the loader "
                    f"({R.fmt_num(loader) if loader is not None else 'too fast to time'} tokens/s alone against "
                    f"the step's {R.fmt_num(m['step_input_tokens_per_s'])})" + ctx.cite.refs([r.record_id for r in recs]))
     return out
