@@ -31,6 +31,19 @@ def pytest_configure(config):
         os.environ[name] = str(Path(scratch, sub))
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The heaviest files first: the notebooks (each one a unit of nbval's) and the files with the most slow
+    tests. make test hands whole files to its workers in this order (--dist loadfile); a long file left for
+    last kept one core busy while the other sat idle. Within a file the order is kept (module fixtures)."""
+    slow: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow[path] = slow.get(path, 0) + (path.endswith(".ipynb") or item.get_closest_marker("slow") is not None)
+    rank = {path: i for i, path in enumerate(slow)}  # collection order among equals
+    items.sort(key=lambda item: (not item.nodeid.split("::")[0].endswith(".ipynb"), -slow[item.nodeid.split("::")[0]],
+                                 rank[item.nodeid.split("::")[0]]))
+
+
 def _user_jupyter_data_dir() -> str:
     try:
         from jupyter_core.paths import jupyter_data_dir
