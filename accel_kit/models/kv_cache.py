@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Union
 
 import torch
-import torch.nn.functional as F
 
-from accel_kit.models.sdpa import HAS_ENABLE_GQA, causal_attention
+from accel_kit.models.sdpa import attention, causal_attention
 
 Position = Union[int, torch.Tensor]  # a Python int, or a 0-dim integer tensor (a static-shape decode step)
 
@@ -90,7 +89,7 @@ def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: P
     causal mask shifted by ``start`` (query i sees keys 0 .. start + i). A tensor ``start`` (one query,
     k and v the whole cache): the keys at positions 0 .. start, by a mask.
     """
-    T, groups = q.shape[2], q.shape[1] // k.shape[1]
+    T = q.shape[2]
     mask = None
     if isinstance(start, torch.Tensor):
         mask = (torch.arange(k.shape[2], device=q.device) <= start)[None, :]  # (1, max_len): the one query
@@ -99,9 +98,4 @@ def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: P
     elif T > 1:
         positions = torch.arange(k.shape[2], device=q.device)
         mask = positions[None, :] <= (start + torch.arange(T, device=q.device))[:, None]  # (T, start + T)
-    if groups == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    if HAS_ENABLE_GQA:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    return F.scaled_dot_product_attention(q, k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1),
-                                          attn_mask=mask)
+    return attention(q, k, v, attn_mask=mask)
