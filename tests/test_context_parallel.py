@@ -119,12 +119,11 @@ def _position_local_attention(q, k, v):
 
 
 def _patch_attention(setattr_):
-    """Both families' blocks call the stand-in instead of ``causal_attention`` (``setattr_``: monkeypatch's)."""
-    import accel_kit.models.gpt2.block as gpt2_block
-    import accel_kit.models.llama.model as llama_model
+    """Every family's attention (the shared ``SelfAttention.forward``) calls the stand-in instead of
+    ``causal_attention`` (``setattr_``: monkeypatch's)."""
+    import accel_kit.models.common.attention as attention
 
-    for module in (gpt2_block, llama_model):
-        setattr_(module, "causal_attention", _position_local_attention)
+    setattr_(attention, "causal_attention", _position_local_attention)
 
 
 def _head_tail_indices(seq_len, cp, rank):

@@ -80,6 +80,20 @@ def test_one_layer_is_what_the_model_stacks(family_and_preset):
     assert layer(x).shape == x.shape
 
 
+def test_the_model_is_built_of_the_shared_decoder_pieces(family_and_preset):
+    """Each family's model is the shared skeleton (``models.common``): its stages are the model's own
+    declaration, each block the pre-norm layout, each attention the shared forward and cached forward."""
+    from accel_kit.models.common.attention import SelfAttention
+    from accel_kit.models.common.block import PreNormBlock
+    from accel_kit.models.common.lm import CausalLM
+
+    family, preset = family_and_preset
+    _, model = _built(preset)
+    assert isinstance(model, CausalLM) and family.pipeline_stages(model) == type(model).stages
+    assert all(isinstance(block, PreNormBlock) and isinstance(block.parts()[1], SelfAttention)
+               for block in model.blocks)
+
+
 def test_the_model_trains_and_its_family_is_found_through_a_wrapper(family_and_preset):
     family, preset = family_and_preset
     cfg, model = _built(preset)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from accel_kit.errors import ParameterError
 from accel_kit.models.llama import FAMILY, IGNORE_INDEX, PRESETS, LlamaConfig, RopeScaling, llama3_ffn_width
 from accel_kit.models.llama.hf import from_hf, hf_config, split_fused, to_hf
-from accel_kit.models.llama.rope import rope_tables
+from accel_kit.models.common.rope import rope_tables
 from numerics import assert_close_sums, engine_adamw, eps
 
 DEBUG = PRESETS["llama3-debug"]

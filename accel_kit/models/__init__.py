@@ -1,4 +1,5 @@
-"""Models: one folder per family (``gpt2/``, ``llama/``, ``moe/``, ``hf/``), the family protocol and the registry.
+"""Models: one folder per family (``gpt2/``, ``llama/``, ``moe/``, ``hf/``), the decoder pieces our families share
+(``common/``), the family protocol and the registry.
 
     from accel_kit.models import build_model, count_params, family_of, family_of_model,
                                       get_config

@@ -1,11 +1,12 @@
 """What a model family answers: the protocol the engine, sparsity, predictor and adapters ask.
 
-A family is one folder under ``accel_kit/models/`` (``gpt2/``, ``llama/``) holding its typed
-config, its presets with their sources, its modules and its conversion to and from
-transformers, and one ``Family`` subclass that answers every question about its shape. The
-registry (``accel_kit.models.registry``) lists the families, one line each. Outside a family's
-folder no code reads a config field by name: it asks the family, or reads the family-neutral
-records below (``ModelShape``, ``FlopTerms``, ``AttentionShape``, ``PipelineStages``).
+A family is one folder under ``accel_kit/models/`` (``gpt2/``, ``llama/``, ``moe/``) holding its typed
+config, its presets with their sources, its modules (made of the shared decoder pieces,
+``accel_kit.models.common``) and its conversion to and from transformers, and one ``Family``
+subclass that answers every question about its shape. The registry (``accel_kit.models.registry``)
+lists the families, one line each. Outside a family's folder and the pieces it is made of no code
+reads a config field by name: it asks the family, or reads the family-neutral records below
+(``ModelShape``, ``FlopTerms``, ``AttentionShape``, ``PipelineStages``).
 
 FLOPs follow one convention for every family (``accel_kit.flops``): 2 FLOPs per multiply-add
 of a matrix product, attention over the full score matrix, backward twice the forward,

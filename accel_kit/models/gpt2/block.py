@@ -2,11 +2,12 @@
 
 GPT-2 layout (Radford et al. 2019): pre-LayerNorm, causal multi-head self-attention with a
 fused QKV projection, residual, pre-LayerNorm, MLP (4x, tanh-approximated GELU), residual.
-Attention goes through ``torch.nn.functional.scaled_dot_product_attention`` so each device
-picks its fastest causal kernel (flash / memory-efficient on GPUs, flash on CPU). With
-``narrow_linear_fast_path`` (set where the device adapter says it pays: CPU bf16, ``GPT2.kernel_overrides``) the output
-projections use a custom backward with a faster GEMM layout; otherwise every layer is the
-plain ``nn.Linear``.
+Attention goes through ``torch.nn.functional.scaled_dot_product_attention`` (the shared
+``accel_kit.models.common.attention.SelfAttention``'s forward) so each device picks its fastest
+causal kernel (flash / memory-efficient on GPUs, flash on CPU). With ``narrow_linear_fast_path``
+(set where the device adapter says it pays: CPU bf16, ``GPT2.kernel_overrides``) the output
+projections use a custom backward with a faster GEMM layout; otherwise every layer is the plain
+``nn.Linear``.
 
 Parameter names follow transformers' ``GPT2Block`` (``ln_1``, ``attn.c_attn`` ...) so weights
 convert by name; only the linear weights are stored as ``nn.Linear`` (out, in) rather than
@@ -20,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accel_kit.models.kv_cache import LayerKV, Position, cached_attention
-from accel_kit.models.sdpa import causal_attention
+from accel_kit.models.common.attention import SelfAttention, merge_heads
+from accel_kit.models.common.block import PreNormBlock
+from accel_kit.models.kv_cache import Position
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,11 @@ def _linear(x: torch.Tensor, layer: nn.Linear, fast_path: bool) -> torch.Tensor:
     return layer(x)
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(SelfAttention):
+    """GPT-2's attention: a fused Q, K, V projection with biases, as many key/value heads as query heads, no
+    positions (the model adds learned ones to the embedding); the forward and the cached forward are the
+    shared ones (``accel_kit.models.common.attention.SelfAttention``)."""
+
     def __init__(self, cfg: BlockConfig):
         super().__init__()
         self.n_heads = cfg.n_heads  # this rank's heads (tensor parallelism divides them)
@@ -105,23 +111,13 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)  # fused Q, K, V
         self.c_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def project(self, x: torch.Tensor, start: Position) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, _ = x.shape
-        nh, hs = self.n_heads, self.head_dim
         # (B, T, 3 nh hs) -> (3, B, nh, T, hs) without copies: SDPA takes strided views.
-        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)
-        y = causal_attention(q, k, v)  # (B, nh, T, hs): SDPA, causal
-        return _linear(y.transpose(1, 2).reshape(B, T, nh * hs), self.c_proj, self.fast_path)
+        return self.c_attn(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
-        """``forward`` for tokens at positions start .. start + T - 1, their keys and values written to
-        ``cache`` and attention over its valid prefix (inference; the training forward keeps no cache)."""
-        B, T, _ = x.shape
-        nh, hs = self.n_heads, self.head_dim
-        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)  # (B, nh, T, hs) each
-        k, v = cache.write(start, k, v)  # (B, nh, start + T, hs): the valid prefix
-        y = cached_attention(q, k, v, start)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, nh * hs))
+    def output(self, y: torch.Tensor) -> torch.Tensor:
+        return _linear(merge_heads(y), self.c_proj, self.fast_path)
 
 
 class MLP(nn.Module):
@@ -136,7 +132,7 @@ class MLP(nn.Module):
         return _linear(F.gelu(self.c_fc(x), approximate="tanh"), self.c_proj, self.fast_path)
 
 
-class Block(nn.Module):
+class Block(PreNormBlock):
     """GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(x)). Input and output (B, T, h)."""
 
     def __init__(self, cfg: BlockConfig):
@@ -147,11 +143,5 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-    def forward_cached(self, x: torch.Tensor, cache: LayerKV, start: Position) -> torch.Tensor:
-        """``forward`` with a static KV cache (``CausalSelfAttention.forward_cached``)."""
-        x = x + self.attn.forward_cached(self.ln_1(x), cache, start)
-        return x + self.mlp(self.ln_2(x))
+    def parts(self) -> tuple[nn.Module, SelfAttention, nn.Module, nn.Module]:
+        return self.ln_1, self.attn, self.ln_2, self.mlp

@@ -95,7 +95,7 @@ class GPT2(Family):
         return layers
 
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
-        return PipelineStages(embedding=("wte", "wpe"), blocks="h", head=("ln_f", "lm_head"))
+        return GPT.stages
 
     pipeline_parallel = True  # the model computes embed, forward_blocks and head apart
 
@@ -114,8 +114,8 @@ class GPT2(Family):
 
     context_parallel = True
 
-    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
-        return [(model.position_ids, 0)]  # (seq_len,): the learned position table's row of each token
+    def position_buffers(self, model: GPT) -> list[tuple[torch.Tensor, int]]:
+        return model.position_buffers()
 
     def kernel_overrides(self, adapter, dtype: torch.dtype) -> dict[str, bool]:
         # The output projections' custom backward (block._NarrowOutputLinear), where the device says it pays.

@@ -7,13 +7,15 @@ for compute: activation checkpointing per block (``activation_checkpointing``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from accel_kit.models.family import PaddedVocab, lm_loss, run_blocks, unique_param_count
+from accel_kit.models.common.lm import CausalLM
+from accel_kit.models.family import PaddedVocab, PipelineStages
 from accel_kit.models.gpt2.block import Block, BlockConfig
-from accel_kit.models.kv_cache import KVCache, Position, position_rows
+from accel_kit.models.kv_cache import Position, position_rows
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,14 @@ class GPTConfig(PaddedVocab):
         return replace(self, **changes)
 
 
-class GPT(nn.Module):
-    """Decoder-only transformer LM. ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``."""
+class GPT(CausalLM):
+    """Decoder-only transformer LM. ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``: the
+    shared ``CausalLM`` skeleton over learned positions added to the token embedding."""
+
+    stages: ClassVar[PipelineStages] = PipelineStages(embedding=("wte", "wpe"), blocks="h", head=("ln_f", "lm_head"))
 
     def __init__(self, cfg: GPTConfig, *, activation_checkpointing: bool = False):
-        super().__init__()
-        self.cfg = cfg
-        self.activation_checkpointing = activation_checkpointing
+        super().__init__(cfg, activation_checkpointing=activation_checkpointing)
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.seq_len, cfg.hidden_size)
         # The positions the learned table is read at: 0 .. seq_len - 1, a buffer rather than an arange per
@@ -66,40 +69,10 @@ class GPT(nn.Module):
         """The position ids again, on the model's device (after building on meta and ``to_empty``)."""
         self.position_ids = torch.arange(self.cfg.seq_len, device=self.position_ids.device)
 
-    # The forward in three parts, as a pipeline runs them one stage at a time (``Family.stage_forward``):
-    # the embedding (tokens and positions), the blocks, the head.
+    def embed_at(self, idx: torch.Tensor, start: Position) -> torch.Tensor:
+        """Token plus learned position embeddings (B, T, h); on a pipeline the first stage's (``wte``, ``wpe``)."""
+        positions = position_rows(self.position_ids, start, idx.shape[1])  # (T,)
+        return self.drop(self.wte(idx) + self.wpe(positions))
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, T) -> hidden states (B, T, h): token plus learned position embeddings."""
-        B, T = idx.shape
-        if T > self.cfg.seq_len:
-            raise ValueError(f"sequence of {T} tokens is longer than the model's context {self.cfg.seq_len}")
-        return self.drop(self.wte(idx) + self.wpe(self.position_ids[:T]))  # (B, T, h)
-
-    def forward_blocks(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, h) through the blocks this model holds."""
-        return run_blocks(self.h, x, checkpointing=self.activation_checkpointing, training=self.training)
-
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Hidden states (B, T, h) -> logits (B, T, V_padded): the final LayerNorm and the output projection."""
-        return self.lm_head(self.ln_f(x))
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        logits = self.head(self.forward_blocks(self.embed(idx)))  # (B, T, V_padded)
-        return logits, (None if targets is None else lm_loss(logits, targets))
-
-    def forward_cached(self, idx: torch.Tensor, cache: KVCache, start: Position) -> torch.Tensor:
-        """Logits (B, 1, V_padded) of the last of the tokens ``idx`` (B, T) at positions start .. start + T - 1,
-        their keys and values written to ``cache`` (``accel_kit.models.kv_cache``): a prefill (start 0) or a
-        decode step (T = 1). Only the last position's logits: the next token is all generation reads."""
-        T = idx.shape[1]
-        if not isinstance(start, torch.Tensor) and start + T > self.cfg.seq_len:  # a tensor: its caller checks
-            raise ValueError(f"position {start + T - 1} is beyond the model's context {self.cfg.seq_len}")
-        x = self.drop(self.wte(idx) + self.wpe(position_rows(self.position_ids, start, T)))  # (B, T, h)
-        for block, layer_cache in zip(self.h, cache.layers):
-            x = block.forward_cached(x, layer_cache, start)
-        return self.head(x[:, -1:])
-
-    def num_params(self) -> int:
-        """Unique parameters (the tied output projection counted once)."""
-        return unique_param_count(self)
+    def position_buffers(self) -> list[tuple[torch.Tensor, int]]:
+        return [(self.position_ids, 0)]  # (seq_len,): the learned position table's row of each token

@@ -8,31 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel_kit.models.common.rope import RopeScaling
 from accel_kit.models.family import PaddedVocab
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """Llama 3.1's RoPE frequency scaling (transformers' ``rope_type="llama3"``).
-
-    Wavelengths shorter than ``original_max_position / high_freq_factor`` keep their frequency,
-    those longer than ``original_max_position / low_freq_factor`` are slowed by ``factor``, and
-    the band between is interpolated smoothly (``llama.rope.inverse_frequencies``).
-    """
-
-    factor: float  # Llama 3.1: 8; Llama 3.2: 32
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position: int = 8192  # the context Llama 3 was pre-trained at
-
-    def __post_init__(self) -> None:
-        if self.factor < 1:
-            raise ValueError(f"rope_scaling factor {self.factor} is below 1 (it divides the low frequencies)")
-        if not self.high_freq_factor > self.low_freq_factor > 0:
-            raise ValueError(f"rope_scaling needs high_freq_factor > low_freq_factor > 0, got "
-                             f"{self.high_freq_factor} and {self.low_freq_factor}")
-        if self.original_max_position < 1:
-            raise ValueError(f"rope_scaling original_max_position {self.original_max_position} is not positive")
 
 
 @dataclass(frozen=True)

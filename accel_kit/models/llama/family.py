@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import accel_kit.models.llama.hf as llama_hf  # by its full name: no import through the package's face
-from accel_kit.models.family import (Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block,
-                                     unique_tensors)
-from accel_kit.models.llama.config import LlamaConfig, RopeScaling
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
+from accel_kit.models.common.rope import RopeScaling
+from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.init import ONES, Init, InitRule, initialised
 from accel_kit.models.llama.model import INIT_STD, Llama, LlamaBlock
 from accel_kit.models.llama.presets import PRESETS, SOURCES
@@ -133,8 +133,7 @@ class Llama3(Family):
                 if isinstance(m, nn.Linear) and name.startswith("layers.")]
 
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
-        # Each block holds its own RoPE tables, so the blocks split with nothing shared to carry.
-        return PipelineStages(embedding=("embed_tokens",), blocks="layers", head=("norm", "lm_head"))
+        return Llama.stages  # each block holds its own RoPE tables: the blocks split with nothing shared to carry
 
     pipeline_parallel: ClassVar[bool] = True  # the model computes embed, forward_blocks and head apart
 
@@ -156,11 +155,8 @@ class Llama3(Family):
 
     context_parallel: ClassVar[bool] = True
 
-    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
-        # every layer's RoPE cos and sin tables, (seq_len, head_dim/2) each: one tensor shared by all layers
-        # until the model moves to another device, then one per layer
-        tables = [t for block in model.layers for t in (block.self_attn.rope_cos, block.self_attn.rope_sin)]
-        return [(t, 0) for t in unique_tensors(tables)]
+    def position_buffers(self, model: Llama) -> list[tuple[torch.Tensor, int]]:
+        return model.position_buffers()  # every layer's RoPE tables, each tensor once
 
     # --- transformers
 

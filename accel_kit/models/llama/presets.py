@@ -16,7 +16,8 @@ three bands of the scaling (kept, blended, stretched).
 """
 from __future__ import annotations
 
-from accel_kit.models.llama.config import LlamaConfig, RopeScaling
+from accel_kit.models.common.rope import RopeScaling
+from accel_kit.models.llama.config import LlamaConfig
 
 LLAMA3_VOCAB = 128256
 LLAMA3_CONTEXT = 131072  # max_position_embeddings of every 3.1 and 3.2 release

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accel_kit.models.common.attention import QK_NORMS
 from accel_kit.models.family import PaddedVocab
 
-QK_NORMS = (None, "head", "full")  # none (Mixtral); per head over head_dim (Qwen3); over the whole projection (OLMoE)
 EXPERT_KERNELS = ("auto", "grouped_mm", "loop")
 HF_ARCHITECTURES = ("Qwen3MoeForCausalLM", "MixtralForCausalLM", "OlmoeForCausalLM")
 
@@ -112,7 +112,7 @@ class MoEConfig(PaddedVocab):
         if self.dropout != 0.0:
             raise ValueError(f"dropout {self.dropout}: these MoE models train without dropout, only 0.0 is accepted")
 
-    # Llama's RoPE (accel_kit.models.llama.rope) reads head_dim and rope_scaling; the releases here use plain RoPE.
+    # RoPE (accel_kit.models.common.rope) reads head_dim and rope_scaling; the releases here use plain RoPE.
     rope_scaling = None
 
     @property

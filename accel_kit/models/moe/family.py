@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import accel_kit.models.moe.hf as moe_hf  # by its full name: no import through the package's face
-from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, unique_tensors
+from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages
 from accel_kit.models.moe.config import MoEConfig
 from accel_kit.models.moe.experts import Experts, grouped_mm_runs
 from accel_kit.models.init import ONES, Init, InitRule, initialised, transformers_uninitialised
@@ -219,7 +219,7 @@ class MixtureOfExperts(Family):
                 if isinstance(m, nn.Linear) and name.startswith("layers.") and not name.endswith(".router")]
 
     def pipeline_stages(self, model: nn.Module) -> PipelineStages:
-        return PipelineStages(embedding=("embed_tokens",), blocks="layers", head=("norm", "lm_head"))
+        return MoEModel.stages
 
     # The pipeline's last stage computes the loss from the logits alone (``accel_kit.engine.pipeline``): the
     # load-balancing loss of every stage's MoE layers would be left out, so the family does not run as stages.
@@ -235,9 +235,8 @@ class MixtureOfExperts(Family):
 
         return apply_expert_parallel(model, ep_mesh)
 
-    def position_buffers(self, model: nn.Module) -> list[tuple[torch.Tensor, int]]:
-        tables = [t for block in model.layers for t in (block.self_attn.rope_cos, block.self_attn.rope_sin)]
-        return [(t, 0) for t in unique_tensors(tables)]
+    def position_buffers(self, model: MoEModel) -> list[tuple[torch.Tensor, int]]:
+        return model.position_buffers()
 
     # --- transformers
 

@@ -1,4 +1,5 @@
-"""Rotary position embedding (Su et al. 2021) as Llama 3 uses it, with Llama 3.1's frequency scaling.
+"""Rotary position embedding (Su et al. 2021) as Llama 3 uses it, with Llama 3.1's frequency scaling: the
+tables every RoPE family's attention (``accel_kit.models.common.attention.RotaryAttention``) reads.
 
 Layout: transformers' ("rotate half"): dimension i of a head is paired with dimension
 i + head_dim/2, not with its neighbour as in Meta's reference code. Meta's checkpoints are
@@ -12,10 +13,43 @@ the tables match theirs where the same cos/sin kernels run.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from accel_kit.models.llama.config import LlamaConfig, RopeScaling
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3.1's RoPE frequency scaling (transformers' ``rope_type="llama3"``).
+
+    Wavelengths shorter than ``original_max_position / high_freq_factor`` keep their frequency,
+    those longer than ``original_max_position / low_freq_factor`` are slowed by ``factor``, and
+    the band between is interpolated smoothly (``inverse_frequencies``).
+    """
+
+    factor: float  # Llama 3.1: 8; Llama 3.2: 32
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192  # the context Llama 3 was pre-trained at
+
+    def __post_init__(self) -> None:
+        if self.factor < 1:
+            raise ValueError(f"rope_scaling factor {self.factor} is below 1 (it divides the low frequencies)")
+        if not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError(f"rope_scaling needs high_freq_factor > low_freq_factor > 0, got "
+                             f"{self.high_freq_factor} and {self.low_freq_factor}")
+        if self.original_max_position < 1:
+            raise ValueError(f"rope_scaling original_max_position {self.original_max_position} is not positive")
+
+
+class RopeConfig(Protocol):
+    """What the tables are computed from: the fields a RoPE family's config has (Llama's, the MoE family's)."""
+
+    head_dim: int
+    seq_len: int
+    rope_theta: float
+    rope_scaling: RopeScaling | None
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = None,
@@ -44,7 +78,7 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None
     return torch.where(in_band, blended, stretched)
 
 
-def rope_tables(cfg: LlamaConfig, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: RopeConfig, device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position x frequency for positions 0 .. cfg.seq_len - 1: two (seq_len, head_dim/2) fp32 tables.
 
     Half the width of transformers' (seq, head_dim) tables, whose two halves are equal copies.
