@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from accel_kit.errors import ParameterError
 from accel_kit.models.llama import FAMILY, IGNORE_INDEX, PRESETS, LlamaConfig, RopeScaling, llama3_ffn_width
-from accel_kit.models.llama.hf import from_hf, hf_config, split_fused, to_hf
+from accel_kit.models.llama.hf import from_hf, hf_config, state_map, to_hf
 from accel_kit.models.common.rope import rope_tables
 from numerics import assert_close_sums, engine_adamw, eps
 
@@ -97,7 +97,7 @@ def test_layer_matches_transformers_forward_and_backward():
     torch.manual_seed(0)
     ours = FAMILY.build_layer(DEBUG, "native")
     theirs = FAMILY.build_layer(DEBUG, "hf")
-    theirs.layer.load_state_dict(split_fused(ours.state_dict(), DEBUG))
+    theirs.layer.load_state_dict(state_map(DEBUG).layer_names(ours.state_dict()))
     x = torch.randn(2, SEQ, DEBUG.hidden_size)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     ya, yb = ours(xa), theirs(xb)
@@ -109,7 +109,7 @@ def test_layer_matches_transformers_forward_and_backward():
     # Backward: as many terms again; weight gradients sum over the 2 x SEQ tokens besides.
     n_backward = 2 * n_forward + 2 * SEQ
     assert_close_sums(xa.grad, xb.grad, n_terms=n_backward)
-    ours_grads = split_fused({n: p.grad for n, p in ours.named_parameters()}, DEBUG)
+    ours_grads = state_map(DEBUG).layer_names({n: p.grad for n, p in ours.named_parameters()})
     theirs_grads = {n: p.grad for n, p in theirs.layer.named_parameters()}
     assert ours_grads.keys() == theirs_grads.keys()
     for name, grad in theirs_grads.items():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from accel_kit.errors import ParameterError
 from accel_kit.models import count_active_params, count_params, get_config
 from accel_kit.models.moe import FAMILY, PRESETS, Experts, LocalDispatch, MoEConfig
-from accel_kit.models.moe.hf import from_hf, to_hf, to_hf_names
+from accel_kit.models.moe.hf import from_hf, state_map, to_hf
 from accel_kit.models.init import initialised
 from numerics import assert_close_sums, engine_adamw
 
@@ -117,7 +117,7 @@ def test_the_microbenchmarks_two_layers_hold_the_same_weights():
     # transformers' experts are torch.empty until a whole model's post_init: a lone layer's stayed untouched
     # pages (zeros the cache held), and the layer benchmark timed ours on real weights against those
     torch.manual_seed(0)
-    ours = to_hf_names(FAMILY.build_layer(DEBUG, "native").state_dict(), DEBUG)
+    ours = state_map(DEBUG).layer_names(FAMILY.build_layer(DEBUG, "native").state_dict())
     torch.manual_seed(0)
     theirs = FAMILY.build_layer(DEBUG, "hf").layer.state_dict()
     assert set(ours) <= set(theirs)
@@ -133,7 +133,7 @@ def test_layer_matches_transformers_forward_and_backward(cfg):
     with torch.no_grad():
         ours.mlp.router.weight.normal_(0.0, ROUTER_STD)
     theirs = FAMILY.build_layer(cfg, "hf")
-    theirs.layer.load_state_dict(to_hf_names(ours.state_dict(), cfg))
+    theirs.layer.load_state_dict(state_map(cfg).layer_names(ours.state_dict()))
     x = torch.randn(2, SEQ, cfg.hidden_size)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     ya, yb = ours(xa), theirs(xb)
@@ -144,7 +144,7 @@ def test_layer_matches_transformers_forward_and_backward(cfg):
     yb.backward(g)
     n_backward = 2 * n_forward + 2 * SEQ  # weight gradients sum over the 2 x SEQ tokens besides
     assert_close_sums(xa.grad, xb.grad, n_terms=n_backward)
-    ours_grads = to_hf_names({n: p.grad for n, p in ours.named_parameters()}, cfg)
+    ours_grads = state_map(cfg).layer_names({n: p.grad for n, p in ours.named_parameters()})
     theirs_grads = {n: p.grad for n, p in theirs.layer.named_parameters()}
     assert ours_grads.keys() == theirs_grads.keys()
     for name, grad in theirs_grads.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 import torch
@@ -486,17 +487,27 @@ class Family(ABC):
 
     # --- transformers
 
-    @abstractmethod
+    # The family's conversion module: its ``to_hf(model)``, ``from_hf(hf_model)`` and ``hf_config(cfg)`` (our
+    # families' ``hf.py``, declaring their names to ``accel_kit.models.common.hf``); None: the family overrides
+    # the three methods below itself (the hf family's models are transformers' own).
+    hf_conversion: ClassVar[ModuleType | None] = None
+
+    def _conversion(self) -> ModuleType:
+        if self.hf_conversion is None:
+            raise NotImplementedError(f"the {self.name} family declares no conversion to transformers")
+        return self.hf_conversion
+
     def to_hf(self, model: nn.Module) -> nn.Module:
         """transformers' own model (``hf_model_class``) holding a copy of ``model``'s weights."""
+        return self._conversion().to_hf(model)
 
-    @abstractmethod
     def from_hf(self, hf_model: nn.Module) -> nn.Module:
         """Our model holding a copy of a transformers model's weights."""
+        return self._conversion().from_hf(hf_model)
 
-    @abstractmethod
     def hf_config(self, cfg: Any) -> Any:
         """transformers' config of the same shape (SDPA attention, no dropout unless the config has it)."""
+        return self._conversion().hf_config(cfg)
 
     # --- configs as data (a compile process of its own rebuilds the model from them)
 

@@ -7,8 +7,9 @@
 - ``block``: ``PreNormBlock`` (x + attn(norm(x)), then + mlp(norm(x))), ``DecoderBlock`` (Llama's layer) and
   ``SwiGLU``;
 - ``lm``: ``CausalLM``, the forward / ``forward_blocks`` / ``head`` / ``forward_cached`` skeleton, and
-  ``RotaryCausalLM``, the RoPE families' model.
+  ``RotaryCausalLM``, the RoPE families' model;
+- ``hf``: ``StateMap``, our state dict under transformers' names and back.
 
-GPT-2 (``gpt2/``) uses ``SelfAttention``, ``PreNormBlock`` and ``CausalLM``; Llama (``llama/``)
+GPT-2 (``gpt2/``) uses ``SelfAttention``, ``PreNormBlock``, ``CausalLM`` and ``StateMap``; Llama (``llama/``)
 and the MoE family (``moe/``) all of them. How a new family uses them: docs/model-families.md.
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import accel_kit.models.gpt2.hf as gpt2_hf  # by its full name: no import through the package's face
 from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStages, group_rows_by_shard, shard_block
 from accel_kit.models.gpt2.flops import attention_flops_per_token, block_gemm_shapes, block_matmul_flops_per_token
 from accel_kit.models.gpt2.block import Block
@@ -28,6 +29,7 @@ class GPT2(Family):
     hf_model_class = "GPT2LMHeadModel"
     hf_modules = ("transformers.models.gpt2.modeling_gpt2",)
     supports_kv_cache = True  # GPT.forward_cached
+    hf_conversion = gpt2_hf
 
     def build(self, cfg: GPTConfig, *, activation_checkpointing: bool = False) -> GPT:
         return initialised(lambda: GPT(cfg, activation_checkpointing=activation_checkpointing), self.init_rule(cfg))
@@ -120,18 +122,3 @@ class GPT2(Family):
     def kernel_overrides(self, adapter, dtype: torch.dtype) -> dict[str, bool]:
         # The output projections' custom backward (block._NarrowOutputLinear), where the device says it pays.
         return {"narrow_linear_fast_path": adapter.nn_weight_gradient_pays(dtype)}
-
-    def hf_config(self, cfg: GPTConfig):
-        from accel_kit.models.gpt2.hf import hf_config
-
-        return hf_config(cfg)
-
-    def to_hf(self, model: nn.Module) -> nn.Module:
-        from accel_kit.models.gpt2.hf import to_hf
-
-        return to_hf(model)
-
-    def from_hf(self, hf_model: nn.Module) -> nn.Module:
-        from accel_kit.models.gpt2.hf import from_hf
-
-        return from_hf(hf_model)

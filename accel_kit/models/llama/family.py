@@ -5,6 +5,7 @@ backward twice the forward.
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -35,6 +36,7 @@ class Llama3(Family):
     hf_model_class: ClassVar[str] = "LlamaForCausalLM"
     hf_modules: ClassVar[tuple[str, ...]] = ("transformers.models.llama.modeling_llama",)
     supports_kv_cache: ClassVar[bool] = True  # Llama.forward_cached
+    hf_conversion: ClassVar[ModuleType] = llama_hf
 
     # --- building
 
@@ -157,14 +159,3 @@ class Llama3(Family):
 
     def position_buffers(self, model: Llama) -> list[tuple[torch.Tensor, int]]:
         return model.position_buffers()  # every layer's RoPE tables, each tensor once
-
-    # --- transformers
-
-    def to_hf(self, model: Llama) -> nn.Module:
-        return llama_hf.to_hf(model)
-
-    def from_hf(self, hf_model: nn.Module) -> Llama:
-        return llama_hf.from_hf(hf_model)
-
-    def hf_config(self, cfg: LlamaConfig):
-        return llama_hf.hf_config(cfg)

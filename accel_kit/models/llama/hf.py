@@ -2,17 +2,16 @@
 
 Both store ``nn.Linear`` weights as (out, in) in the same rotate-half RoPE layout, so weights
 map by name except for our two fused projections: ``qkv_proj`` is q_proj, k_proj and v_proj
-stacked by rows; ``gate_up_proj`` is gate_proj then up_proj. RoPE settings go into
-transformers 5.x's ``rope_parameters`` dict (rope_theta beside the rope_type's own keys).
+stacked by rows; ``gate_up_proj`` is gate_proj then up_proj (``state_map``, declared to the shared
+``accel_kit.models.common.hf``). RoPE settings go into transformers 5.x's ``rope_parameters`` dict
+(rope_theta beside the rope_type's own keys).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-import torch
-
-from accel_kit.models.init import allocated, transformers_uninitialised
-from accel_kit.models.llama.config import LlamaConfig, RopeScaling
+from accel_kit.models.common.hf import (RotaryLayer, StateMap, from_hf_model, keeping_source_rows, rotary_fused,
+                                        to_hf_model)
+from accel_kit.models.common.rope import RopeScaling
+from accel_kit.models.llama.config import LlamaConfig
 from accel_kit.models.llama.model import Llama
 
 
@@ -44,62 +43,17 @@ def hf_config(cfg: LlamaConfig):
     return hf
 
 
-def _split_sizes(cfg: LlamaConfig) -> tuple[list[int], list[int]]:
-    """Row counts of the fused projections' parts: (q, k, v) and (gate, up)."""
+def state_map(cfg: LlamaConfig) -> StateMap:
+    """Our names onto ``LlamaForCausalLM``'s: the decoder under ``model.``, the fused projections split."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    return [q, kv, kv], [cfg.ffn_hidden_size, cfg.ffn_hidden_size]
-
-
-def split_fused(state: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:
-    """``state`` with each fused projection split into transformers' parts (views, no copies); other
-    names as they are, so this maps one block's state dict as well as a whole model's."""
-    qkv_rows, gate_up_rows = _split_sizes(cfg)
-    out = {}
-    for name, tensor in state.items():
-        if name.endswith("self_attn.qkv_proj.weight"):
-            prefix = name.removesuffix("qkv_proj.weight")
-            out.update({f"{prefix}{p}.weight": t for p, t in zip(("q_proj", "k_proj", "v_proj"), tensor.split(qkv_rows))})
-        elif name.endswith("mlp.gate_up_proj.weight"):
-            prefix = name.removesuffix("gate_up_proj.weight")
-            out.update({f"{prefix}{p}.weight": t for p, t in zip(("gate_proj", "up_proj"), tensor.split(gate_up_rows))})
-        else:
-            out[name] = tensor
-    return out
-
-
-def to_hf_state(state: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:
-    """Our model's state dict under ``LlamaForCausalLM``'s names (the decoder under ``model.``)."""
-    return {name if name == "lm_head.weight" else f"model.{name}": t for name, t in split_fused(state, cfg).items()}
-
-
-def from_hf_state(hf_state: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:
-    """transformers' state dict under our names, the split projections concatenated."""
-    out = {}
-    for i in range(cfg.n_layers):
-        hf, ours = f"model.layers.{i}.", f"layers.{i}."
-        out[ours + "self_attn.qkv_proj.weight"] = torch.cat(
-            [hf_state[f"{hf}self_attn.{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")])
-        out[ours + "mlp.gate_up_proj.weight"] = torch.cat(
-            [hf_state[f"{hf}mlp.{p}.weight"] for p in ("gate_proj", "up_proj")])
-        for name in ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
-                     "mlp.down_proj.weight"):
-            out[ours + name] = hf_state[hf + name]
-    out["embed_tokens.weight"] = hf_state["model.embed_tokens.weight"]
-    out["norm.weight"] = hf_state["model.norm.weight"]
-    out["lm_head.weight"] = hf_state.get("lm_head.weight", hf_state["model.embed_tokens.weight"])
-    return out
+    return StateMap(prefix="model.", fused=rotary_fused(q, kv, cfg.ffn_hidden_size))
 
 
 def to_hf(model: Llama):
     """A ``LlamaForCausalLM`` holding a copy of ``model``'s weights."""
     from transformers import LlamaForCausalLM
 
-    hf = transformers_uninitialised(lambda: LlamaForCausalLM(hf_config(model.cfg)))  # every weight copied from ours
-    hf_state = hf.state_dict()
-    with torch.no_grad():
-        for key, value in to_hf_state(model.state_dict(), model.cfg).items():
-            hf_state[key].copy_(value)
-    return hf
+    return to_hf_model(model, lambda: LlamaForCausalLM(hf_config(model.cfg)), state_map(model.cfg))
 
 
 def config_from_hf(c, *, vocab_size: int | None = None) -> LlamaConfig:
@@ -120,41 +74,23 @@ def config_from_hf(c, *, vocab_size: int | None = None) -> LlamaConfig:
                       vocab_size=vocab_size or c.vocab_size, seq_len=c.max_position_embeddings,
                       rope_theta=rope["rope_theta"], rope_scaling=scaling, rms_norm_eps=c.rms_norm_eps,
                       tie_embeddings=bool(c.tie_word_embeddings))
-    if cfg.padded_vocab_size != c.vocab_size:
-        cfg = replace(cfg, pad_vocab_multiple=c.vocab_size)  # keep every embedding row of the source
-    return cfg
+    return keeping_source_rows(cfg, c.vocab_size)
 
 
 def from_hf(hf_model, *, vocab_size: int | None = None) -> Llama:
     """Our Llama holding a copy of a ``LlamaForCausalLM``'s weights (``vocab_size``: the tokenizer's,
     where the source's embedding is padded beyond it)."""
     cfg = config_from_hf(hf_model.config, vocab_size=vocab_size)
-    model = allocated(lambda: Llama(cfg), hf_model.device)  # no draws: every weight is copied from the source
-    state = model.state_dict()
-    with torch.no_grad():
-        for name, value in from_hf_state(hf_model.state_dict(), cfg).items():
-            state[name].copy_(value)
-    return model
+    return from_hf_model(hf_model, lambda: Llama(cfg), state_map(cfg))
 
 
-class HFLlamaLayer(torch.nn.Module):
-    """transformers' ``LlamaDecoderLayer`` of ``cfg``'s shape as a ``(B, T, h) -> (B, T, h)`` module.
-
-    The decoder layer takes its RoPE cos/sin from the caller (``LlamaModel`` computes them once
-    per forward); this wrapper computes them itself with ``LlamaRotaryEmbedding`` each call,
-    as the whole model would for one layer. SDPA attention, causal (no mask given). Its
-    weights are ``layer``'s, under transformers' names (``split_fused`` maps ours onto them).
-    """
+class HFLlamaLayer(RotaryLayer):
+    """transformers' ``LlamaDecoderLayer`` of ``cfg``'s shape as a ``(B, T, h) -> (B, T, h)`` module, its RoPE
+    from ``LlamaRotaryEmbedding`` each call (``RotaryLayer``). Its weights are ``layer``'s, under
+    transformers' names (``state_map(cfg).layer_names`` maps ours onto them)."""
 
     def __init__(self, cfg: LlamaConfig):
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-        super().__init__()
         config = hf_config(cfg)
-        self.layer = LlamaDecoderLayer(config, layer_idx=0)
-        self.rotary_emb = LlamaRotaryEmbedding(config)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
-        out = self.layer(x, position_embeddings=self.rotary_emb(x, positions), position_ids=positions)
-        return out[0] if isinstance(out, tuple) else out  # a tuple in transformers 4.x
+        super().__init__(LlamaDecoderLayer(config, layer_idx=0), LlamaRotaryEmbedding(config))

@@ -7,6 +7,7 @@ besides attention, not every expert of the layer (which the memory figures count
 """
 from __future__ import annotations
 
+from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -51,6 +52,7 @@ class MixtureOfExperts(Family):
     hf_model_class: ClassVar[str] = "Qwen3MoeForCausalLM"  # moe-debug's; each config names its own (hf_architecture)
     hf_modules: ClassVar[tuple[str, ...]] = moe_hf.MODULES
     supports_kv_cache: ClassVar[bool] = True  # MoEModel.forward_cached
+    hf_conversion: ClassVar[ModuleType] = moe_hf
 
     def unsupported_compiled_decode(self, precision: str) -> str | None:
         if precision == "bf16":
@@ -83,7 +85,7 @@ class MixtureOfExperts(Family):
             # its fp32 products ran 15x faster than on real weights. Made without draws: every weight is ours.
             ours = self.build_layer(cfg, "native")
             layer = transformers_uninitialised(lambda: moe_hf.HFMoELayer(cfg))
-            layer.layer.load_state_dict(moe_hf.to_hf_names(ours.state_dict(), cfg))
+            layer.layer.load_state_dict(moe_hf.state_map(cfg).layer_names(ours.state_dict()))
             return layer
         raise ValueError(f"layer impl must be 'native' or 'hf', got {impl!r}")
 
@@ -237,17 +239,6 @@ class MixtureOfExperts(Family):
 
     def position_buffers(self, model: MoEModel) -> list[tuple[torch.Tensor, int]]:
         return model.position_buffers()
-
-    # --- transformers
-
-    def to_hf(self, model: MoEModel) -> nn.Module:
-        return moe_hf.to_hf(model)
-
-    def from_hf(self, hf_model: nn.Module) -> MoEModel:
-        return moe_hf.from_hf(hf_model)
-
-    def hf_config(self, cfg: MoEConfig):
-        return moe_hf.hf_config(cfg)
 
     def ran_fields(self, model: nn.Module) -> dict[str, str]:
         """The experts' kernel the last step ran (found through any wrapper), where it has run."""

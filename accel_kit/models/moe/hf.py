@@ -2,20 +2,17 @@
 ``OlmoeForCausalLM`` (the config's ``hf_architecture`` says which).
 
 The three store the same weights under the same names but for our fused projections (``qkv_proj``; a dense
-layer's ``gate_up_proj``: split as ``accel_kit.models.llama.hf.split_fused`` does) and the router (ours
-``mlp.router``, theirs ``mlp.gate``); the experts' 3-D tensors have their names and layout. Each class
+layer's ``gate_up_proj``: split as Llama's are, ``accel_kit.models.common.hf.rotary_fused``) and the router
+(ours ``mlp.router``, theirs ``mlp.gate``); the experts' 3-D tensors have their names and layout
+(``state_map``). Each class
 fixes what the config may hold: Qwen3-MoE per-head QK-norm and dense layers (``mlp_only_layers``),
 Mixtral no QK-norm and always renormalised top-k, OLMoE QK-norm over the whole projections; none has
 ungated shared experts, so a config with them has no transformers model here.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-import torch
-
-from accel_kit.models.init import allocated, transformers_uninitialised
-from accel_kit.models.llama.hf import split_fused
+from accel_kit.models.common.hf import (RotaryLayer, StateMap, from_hf_model, keeping_source_rows, rotary_fused,
+                                        to_hf_model)
 from accel_kit.models.moe.config import MoEConfig
 from accel_kit.models.moe.model import MoEModel
 
@@ -77,38 +74,12 @@ def hf_config(cfg: MoEConfig):
     return hf
 
 
-def to_hf_names(state: dict[str, torch.Tensor], cfg: MoEConfig) -> dict[str, torch.Tensor]:
-    """A block's or a model's state under transformers' names within a decoder layer (no ``model.`` prefix)."""
-    return {name.replace("mlp.router.", "mlp.gate."): t for name, t in split_fused(state, cfg).items()}
-
-
-def to_hf_state(state: dict[str, torch.Tensor], cfg: MoEConfig) -> dict[str, torch.Tensor]:
-    """Our model's state dict under the transformers model's names (the decoder under ``model.``)."""
-    return {name if name == "lm_head.weight" else f"model.{name}": t for name, t in to_hf_names(state, cfg).items()}
-
-
-def from_hf_state(hf_state: dict[str, torch.Tensor], cfg: MoEConfig) -> dict[str, torch.Tensor]:
-    """transformers' state dict under our names, the split projections concatenated."""
-    out = {}
-    for i in range(cfg.n_layers):
-        hf, ours = f"model.layers.{i}.", f"layers.{i}."
-        out[ours + "self_attn.qkv_proj.weight"] = torch.cat(
-            [hf_state[f"{hf}self_attn.{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")])
-        names = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight"]
-        if cfg.qk_norm is not None:
-            names += ["self_attn.q_norm.weight", "self_attn.k_norm.weight"]
-        if cfg.is_moe_layer(i):
-            out[ours + "mlp.router.weight"] = hf_state[hf + "mlp.gate.weight"]
-            names += ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
-        else:
-            out[ours + "mlp.gate_up_proj.weight"] = torch.cat([hf_state[f"{hf}mlp.{p}.weight"]
-                                                               for p in ("gate_proj", "up_proj")])
-            names.append("mlp.down_proj.weight")
-        out.update({ours + n: hf_state[hf + n] for n in names})
-    out["embed_tokens.weight"] = hf_state["model.embed_tokens.weight"]
-    out["norm.weight"] = hf_state["model.norm.weight"]
-    out["lm_head.weight"] = hf_state.get("lm_head.weight", hf_state["model.embed_tokens.weight"])
-    return out
+def state_map(cfg: MoEConfig) -> StateMap:
+    """Our names onto the transformers model's: the decoder under ``model.``, the fused projections split (a
+    dense layer's MLP is ``ffn_hidden_size`` wide), the router theirs ``mlp.gate``."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    return StateMap(prefix="model.", fused=rotary_fused(q, kv, cfg.ffn_hidden_size),
+                    renamed=(("mlp.router.", "mlp.gate."),))
 
 
 def hf_class(name: str, arch: str):
@@ -122,13 +93,7 @@ def hf_class(name: str, arch: str):
 def to_hf(model: MoEModel):
     """transformers' model of ``model.cfg.hf_architecture`` holding a copy of ``model``'s weights."""
     cfg = model.cfg
-    # every weight copied from ours
-    hf = transformers_uninitialised(lambda: hf_class("ForCausalLM", cfg.hf_architecture)(hf_config(cfg)))
-    hf_state = hf.state_dict()
-    with torch.no_grad():
-        for key, value in to_hf_state(model.state_dict(), cfg).items():
-            hf_state[key].copy_(value)
-    return hf
+    return to_hf_model(model, lambda: hf_class("ForCausalLM", cfg.hf_architecture)(hf_config(cfg)), state_map(cfg))
 
 
 def config_from_hf(c, *, vocab_size: int | None = None) -> MoEConfig:
@@ -155,38 +120,25 @@ def config_from_hf(c, *, vocab_size: int | None = None) -> MoEConfig:
                     vocab_size=vocab_size or c.vocab_size, seq_len=c.max_position_embeddings,
                     rope_theta=rope["rope_theta"], rms_norm_eps=c.rms_norm_eps,
                     tie_embeddings=bool(c.tie_word_embeddings), hf_architecture=arch)
-    if cfg.padded_vocab_size != c.vocab_size:
-        cfg = replace(cfg, pad_vocab_multiple=c.vocab_size)  # keep every embedding row of the source
-    return cfg
+    return keeping_source_rows(cfg, c.vocab_size)
 
 
 def from_hf(hf_model, *, vocab_size: int | None = None) -> MoEModel:
     """Our model holding a copy of a transformers MoE model's weights."""
     cfg = config_from_hf(hf_model.config, vocab_size=vocab_size)
-    model = allocated(lambda: MoEModel(cfg), hf_model.device)  # no draws: every weight is copied from the source
-    state = model.state_dict()
-    with torch.no_grad():
-        for name, value in from_hf_state(hf_model.state_dict(), cfg).items():
-            state[name].copy_(value)
-    return model
+    return from_hf_model(hf_model, lambda: MoEModel(cfg), state_map(cfg))
 
 
-class HFMoELayer(torch.nn.Module):
+class HFMoELayer(RotaryLayer):
     """transformers' decoder layer of ``cfg.hf_architecture`` (a MoE layer) as a ``(B, T, h) -> (B, T, h)``
-    module, its RoPE computed each call as the whole model would for one layer; SDPA, causal (no mask).
-    Its weights are a MoE block's under transformers' names (``to_hf_names``)."""
+    module, its RoPE computed each call as the whole model would for one layer (``RotaryLayer``). Its weights
+    are a MoE block's under transformers' names (``state_map(cfg).layer_names``)."""
 
     def __init__(self, cfg: MoEConfig):
-        super().__init__()
         config = hf_config(cfg)
         # The experts' kernel the whole model picks by default (PreTrainedModel's dispatch); a lone layer has none
         # set and would run transformers' per-expert loop.
         config._experts_implementation = "grouped_mm"
         index = next(i for i in range(cfg.n_layers) if cfg.is_moe_layer(i))  # a MoE layer, not a dense one
-        self.layer = hf_class("DecoderLayer", cfg.hf_architecture)(config, layer_idx=index)
-        self.rotary_emb = hf_class("RotaryEmbedding", cfg.hf_architecture)(config)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, T)
-        out = self.layer(x, position_embeddings=self.rotary_emb(x, positions), position_ids=positions)
-        return out[0] if isinstance(out, tuple) else out
+        super().__init__(hf_class("DecoderLayer", cfg.hf_architecture)(config, layer_idx=index),
+                         hf_class("RotaryEmbedding", cfg.hf_architecture)(config))
