@@ -126,7 +126,7 @@ def _job_points(args: argparse.Namespace, params: Any, system: Any, scheduler: s
     from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
     # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
     # fails on its nodes), and said in it.
-    from accel_kit.studies._training import (AxesParams, all_points, layout_lines, left_out_lines,
+    from accel_kit.studies.training import (AxesParams, all_points, layout_lines, left_out_lines,
                                              unresolved_precision)
 
     layout: list[str] = []

@@ -12,7 +12,7 @@ from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
 from accel_kit import identity
-from accel_kit.studies._training import AxesParams, study_runner, with_layout
+from accel_kit.studies.training import AxesParams, study_runner, with_layout
 
 STUDY = "gas"
 # The columns a table names first (with them, every key field that varies among its rows: identity.with_varying).

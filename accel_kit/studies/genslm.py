@@ -37,7 +37,7 @@ from accel_kit import energy, noise, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit import identity
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
+from accel_kit.studies.training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "genslm"

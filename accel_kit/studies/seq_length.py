@@ -16,7 +16,7 @@ from pydantic import Field, PositiveInt
 from accel_kit import energy, noise, results
 from accel_kit import identity
 from accel_kit.mesh import LAYOUT_FIELDS
-from accel_kit.studies._training import AxesParams, study_runner, with_layout
+from accel_kit.studies.training import AxesParams, study_runner, with_layout
 
 STUDY = "seq_length"
 # The columns a table names first (with them, every key field that varies among its rows).

@@ -30,7 +30,7 @@ from pydantic import Field
 from accel_kit import energy, noise, results
 from accel_kit.models import check_preset
 from accel_kit import identity
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
+from accel_kit.studies.training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
 STUDY = "sparsity"
