@@ -61,9 +61,9 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     from accel_kit.engine.launch import SCHEDULER_LAUNCHER, SUBMIT, check_job, job_log, render_jobscript
     from accel_kit.paths import output_dir
 
-    module = studies.study_module(args.study)  # a one-line error for an unknown study
-    if "launcher" not in module.Params.model_fields:  # the script passes -p launcher
-        multi = [s for s in studies.STUDIES if "launcher" in studies.study_module(s).Params.model_fields]
+    declared = studies.get_study(args.study)  # a one-line error for an unknown study
+    if "launcher" not in declared.params.model_fields:  # the script passes -p launcher
+        multi = [s for s in studies.STUDIES if "launcher" in studies.get_study(s).params.model_fields]
         raise AccelKitError(f"study {args.study!r} runs in one process on one device; job scripts are for "
                             f"{', '.join(multi)}")
     system = load_system(args.system)
@@ -126,7 +126,7 @@ def _job_points(args: argparse.Namespace, params: Any, system: Any, scheduler: s
     from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
     # Its points' layouts checked here too (a tp that does not divide the heads is one line here, not a job that
     # fails on its nodes), and said in it.
-    from accel_kit.studies._training import (AxesParams, all_points, layout_lines, left_out_lines,
+    from accel_kit.studies.training import (AxesParams, all_points, layout_lines, left_out_lines,
                                              unresolved_precision)
 
     layout: list[str] = []

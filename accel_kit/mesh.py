@@ -131,7 +131,7 @@ class ParallelLayout(BaseModel):
                                  f"got {self.microbatches}")
 
 
-# The layout's fields a record names it by (``layout_label`` in ``accel_kit.studies._training``), in that order.
+# The layout's fields a record names it by (``layout_label`` in ``accel_kit.studies.training``), in that order.
 LAYOUT_FIELDS: tuple[str, ...] = ("engine", "tp", "pp", "cp", "ep")
 # Their values where a record predates them: one model replica per device, under the engine it names (ddp where
 # it names none), no context or expert parallelism.

@@ -61,7 +61,7 @@ def main() -> int:
         entry = LAYOUTS[name] | {"devices": 2}
         try:
             params = studies.resolve("scaling", "quick", **fixed, also=[entry])
-            from accel_kit.studies._training import all_points, unresolved_precision
+            from accel_kit.studies.training import all_points, unresolved_precision
             from accel_kit.systems import load_system
 
             all_points(params, load_system("cpu"), unresolved_precision)

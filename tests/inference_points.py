@@ -2,8 +2,8 @@
 
 The shape ``docs/engine.md`` gives for adding a kind and a study, run end to end by
 ``tests/test_kind_registry.py``: the kind (its point type, measurement, the adapter's answer, its
-metrics) is ``register_kind``'s one call; the study (its parameters, points, table, figures) is
-``register_study``'s. Neither touches the worker, the sweep runner or the fork server. Greedy
+metrics) is ``register_kind``'s one call; the study (its parameters, points, table, figures: its ``STUDY``
+declaration) is ``register_study``'s. Neither touches the worker, the sweep runner or the fork server. Greedy
 generation without a KV cache: each new token runs the model over the whole sequence so far.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ from accel_kit.engine.point import NOT_IN_KEY, Frontier, Point
 from accel_kit.engine.result import Result
 from accel_kit.metrics import Metric
 from accel_kit.params import StudyParams
-from accel_kit.studies import register_study
+from accel_kit.studies import Headline, Study, register_study
 from accel_kit import identity
 
 KIND = "inference_points:offline_generation"  # a "module:Name" kind: the worker imports this module to find it
-STUDY = "inference_test"
+NAME = "inference_test"
 
 
 # ---- the kind -------------------------------------------------------------------------------------
@@ -174,4 +174,6 @@ def figures(df: pd.DataFrame) -> dict:
                                                  x_title="prompt length", y_title="tokens/s")}
 
 
-register_study(STUDY, __name__)
+STUDY = Study(NAME, Params, table, figures, points=points, keys=tuple(TABLE_KEYS), work="inference",
+              headline=Headline("generated_tokens_per_s", "tokens/s", ("preset", "batch_size", "prompt_len")))
+register_study(NAME, __name__)

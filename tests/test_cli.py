@@ -142,7 +142,7 @@ def test_jobscript_tasks_per_node_from_the_nodes_devices(capsys, tmp_path):
 
 def test_jobscript_devices_per_node_spreads_the_points():
     from accel_kit import studies
-    from accel_kit.studies._training import all_points, unresolved_precision
+    from accel_kit.studies.training import all_points, unresolved_precision
     from accel_kit.systems import load_system
 
     params = studies.resolve("scaling", "smoke", preset="gpt2-debug", device_counts=[2], devices_per_node=1,
@@ -167,7 +167,7 @@ def test_jobscript_for_gpus_asks_them_names_its_log_and_lists_what_the_job_holds
     from accel_kit import studies
     from accel_kit.engine.launch import JOB_SETUP_S, format_walltime
     from accel_kit.engine.sweep import PEAK_TIMEOUT_S, TERM_GRACE_S
-    from accel_kit.studies._training import all_points, unresolved_precision
+    from accel_kit.studies.training import all_points, unresolved_precision
     from accel_kit.systems import load_system
 
     text = _job_h200(tmp_path, "slurm")

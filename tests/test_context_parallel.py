@@ -72,7 +72,7 @@ def test_context_parallel_layout_places_the_data():
 
 def test_the_sequence_length_study_takes_cp():
     from accel_kit import studies
-    from accel_kit.studies._training import all_points
+    from accel_kit.studies.training import all_points
     from accel_kit.systems import load_system
 
     points = all_points(studies.resolve("seq_length", "smoke", cp=2, devices=2), load_system("cpu"))

@@ -31,14 +31,14 @@ def test_a_kind_and_a_study_registered_at_runtime_run_through_the_sweep(register
     from accel_kit.studies import run_study
 
     # gpt2-debug has 256 positions: prompt 254 + 3 new tokens exceed them (the kind's own check says so)
-    run = run_study(registered.STUDY, "cpu", profile=None, output_dir=tmp_path, progress=False,
+    run = run_study(registered.NAME, "cpu", profile=None, output_dir=tmp_path, progress=False,
                     prompt_lens=[4, 8, 254])
     by_len = {rec["params"]["prompt_len"]: rec for rec in run.records}
     assert [by_len[n]["status"] for n in (4, 8, 254)] == ["ok", "ok", "unsupported"], [r["reason"] for r in run.records]
     assert "exceed the 256 positions" in by_len[254]["reason"]
     for n in (4, 8):
         rec = by_len[n]
-        assert rec["kind"] == registered.KIND and rec["study"] == registered.STUDY
+        assert rec["kind"] == registered.KIND and rec["study"] == registered.NAME
         found = rec["metrics"]
         assert found["generated_tokens_per_s"] > 0 and found["tflops_per_device"] > 0
         assert found["generated_tokens_valid"] is True
@@ -54,7 +54,7 @@ def test_a_kind_and_a_study_registered_at_runtime_run_through_the_sweep(register
     assert list(run.table()["status"]) == ["ok", "ok", "unsupported"]
     assert set(run.figures(save=False)) == {"inference_rate"}
 
-    again = run_study(registered.STUDY, "cpu", profile=None, output_dir=tmp_path, progress=False,
+    again = run_study(registered.NAME, "cpu", profile=None, output_dir=tmp_path, progress=False,
                       prompt_lens=[4, 8, 254])
     assert again.reused == 3  # resumed by each point's key: nothing measured twice
 

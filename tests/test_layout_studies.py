@@ -12,7 +12,7 @@ import pytest
 from accel_kit import cli, studies
 from accel_kit.engine.launch import worker_command
 from accel_kit.errors import ParameterError
-from accel_kit.studies._training import all_points, layout_label, unresolved_precision
+from accel_kit.studies.training import all_points, layout_label, unresolved_precision
 from accel_kit.systems import load_system
 from cli_checks import fail_one_line
 

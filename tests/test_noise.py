@@ -147,7 +147,7 @@ def test_rounding_follows_the_spread():
 
 
 def _train_point(**changes):
-    from accel_kit.studies._training import make_point
+    from accel_kit.studies.training import make_point
     from accel_kit.systems import load_system
 
     params = studies.resolve("gas", "smoke", precision="fp32")

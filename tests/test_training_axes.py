@@ -6,7 +6,7 @@ from accel_kit import studies
 
 
 def test_other_models_run_over_the_same_axes_and_fix_the_axes_they_set():
-    from accel_kit.studies._training import all_points
+    from accel_kit.studies.training import all_points
     from accel_kit.systems import load_system
 
     system = load_system("cpu")

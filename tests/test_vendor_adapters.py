@@ -178,7 +178,7 @@ def test_placements_map_devices_to_processes_replicas_and_steps():
 
 def test_points_carry_the_layout_and_its_global_batch():
     from accel_kit.studies import resolve
-    from accel_kit.studies._training import make_point
+    from accel_kit.studies.training import make_point
     from accel_kit.devices import PrecisionChoice
 
     params = resolve("scaling", "full", gas=128)
@@ -618,7 +618,7 @@ def test_the_ipu_pipeline_is_the_points_pp():
     from accel_kit.devices import PrecisionChoice
     from accel_kit.engine import sweep
     from accel_kit.studies import resolve
-    from accel_kit.studies._training import make_point
+    from accel_kit.studies.training import make_point
 
     fp16 = PrecisionChoice("fp16", "fp16", "test")
     params = resolve("scaling", "full", gas=128)

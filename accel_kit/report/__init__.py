@@ -22,14 +22,13 @@ from accel_kit.report.records import RecordSet, collect
 from accel_kit.report.sections import SECTIONS
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
-INFERENCE_STUDIES = ("inference",)  # every other study measures training work (a step, a block, a peak)
-
-
 def title_for(studies: Iterable[str]) -> str:
-    """The page's title names the work its records cover, so an inference-only report does not say training."""
-    studies = set(studies)
-    work = [w for w, present in (("training", bool(studies - set(INFERENCE_STUDIES))),
-                                 ("inference", bool(studies & set(INFERENCE_STUDIES)))) if present]
+    """The page's title names the work its records cover (each study's ``Study.work``; a study no longer
+    registered counts as training), so an inference-only report does not say training."""
+    from accel_kit import studies as registry
+
+    covered = {registry.get_study(s).work if s in registry.STUDIES else "training" for s in studies}
+    work = [w for w in ("training", "inference") if w in covered]
     return f"accel-kit: LLM {' and '.join(work) or 'benchmarks'} across systems"
 
 

@@ -3,11 +3,12 @@
 A quantity reads a record's metrics (``metric``, ``energy``) or a column of the study's own
 table (``derived``); a missing value becomes ``not measured`` with the reason the record gives
 (``energy_reason`` for the energy fields). ``base_record`` finds the record a ratio (speedup,
-gain) is taken against, so that the cell cites it too.
+gain) is taken against, so that the cell cites it too. ``declared`` turns the rows a study declares for a
+report table (``accel_kit.studies.ReportTable``) into these quantities.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pandas as pd
 
@@ -16,6 +17,9 @@ from accel_kit import noise
 from accel_kit.report.context import Context
 from accel_kit.report.render import Cell
 from accel_kit.results import Record
+
+if TYPE_CHECKING:
+    from accel_kit.studies.study import ReportTable, Row, Study
 
 # A row of a pivot table: its name and the function that makes each system's cell.
 Quantity = tuple[str, Callable[[Context, pd.Series, Record], Cell]]
@@ -97,7 +101,7 @@ MFU_DATASHEET: Quantity = ("MFU, datasheet peak", metric("mfu_pct", R.fmt_pct, "
 MFU_MEASURED: Quantity = ("MFU, measured peak", metric("mfu_measured_pct", R.fmt_pct, "mfu_measured_reason"))
 
 
-def base_record(t: pd.DataFrame, row: pd.Series, axis: str) -> list[str]:
+def base_record(t: pd.DataFrame, row: pd.Series, axis: str | Sequence[str]) -> list[str]:
     """The record of the smallest ``axis`` value with status ok in ``row``'s configuration (every key field
     but ``axis``: ``identity.config_key``): the base of a ratio."""
     from accel_kit import identity
@@ -107,4 +111,45 @@ def base_record(t: pd.DataFrame, row: pd.Series, axis: str) -> list[str]:
     same = t[(t["status"] == "ok") & (configs == mine)] if mine is not None else t.iloc[0:0]
     if same.empty:
         return []
-    return [same.sort_values(axis).iloc[0]["record_id"]]
+    return [same.sort_values([axis] if isinstance(axis, str) else list(axis)).iloc[0]["record_id"]]
+
+
+# How a declared row writes its value (``accel_kit.studies.Row.fmt``).
+FORMATS: dict[str, Callable[[float], str]] = {
+    "num": R.fmt_num, "pct": R.fmt_pct, "ratio": R.fmt_ratio, "loss": R.fmt_loss,
+    "ms": lambda v: R.fmt_num(v * 1e3), "yes_no": lambda v: "yes" if v else "no",
+    "share_pct": lambda v: R.fmt_pct(100 * v)}
+# A row's format where it names none: by its metric's unit.
+UNIT_FORMATS = {"%": "pct", "nats": "loss", "bool": "yes_no"}
+# The rows every table words alike (the peak each MFU is taken against).
+NAMED: dict[str, Quantity] = {"mfu_pct": MFU_DATASHEET, "mfu_measured_pct": MFU_MEASURED}
+
+
+def declared(study: Study, spec: ReportTable, t: pd.DataFrame) -> list[Quantity]:
+    """The quantities of the study's declared report table ``spec`` over ``t`` (the study's table, its rows
+    selected), each row of ``spec.rows`` in its order: a rate with its spread below it, work per joule with the
+    record's energy reason, a column of the study's table (a ratio citing its base record too), or a metric."""
+    return [q for row in spec.rows for q in _quantities(study, spec, t, row)]
+
+
+def _quantities(study: Study, spec: ReportTable, t: pd.DataFrame, row: Row) -> list[Quantity]:
+    from accel_kit import metrics
+    from accel_kit.tables import header
+
+    if row.label is None and row.name in NAMED:
+        return [NAMED[row.name]]
+    label = row.label or header(row.name)
+    unit = metrics.METRICS[row.name].unit if row.name in metrics.METRICS else ""
+    fmt = FORMATS[row.fmt or UNIT_FORMATS.get(unit, "num")] if row.fmt != "text" else None
+    if row.spread if row.spread is not None else row.name in (spec.rates or noise.RATES):
+        return rate(study.name, label, row.name, rates=spec.rates, no_spread=spec.no_spread)
+    if row.name in ("tokens_per_j", "flops_per_j") and not row.derived:
+        return [(label, energy(row.name[: -len("_per_j")]))]
+    if not row.derived:
+        stem = next((row.name[: -len(x)] for x in ("_pct", "_gib", "_s", "_j") if row.name.endswith(x)), row.name)
+        return [(label, metric(row.name, fmt, row.reason_key or f"{stem}_reason", row.reason))]
+    if fmt is None:  # a text the table derives (how a point ran)
+        return [(label, lambda ctx, r, rec: R.text_cell(r.get(row.name), [rec.record_id], reason=row.reason))]
+    axis = study.axis
+    also = (lambda r: base_record(t, r, axis)) if row.base and axis is not None else None
+    return [(label, derived(row.name, fmt, also=also, reason=row.reason or "not derived for this point"))]

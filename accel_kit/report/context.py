@@ -3,7 +3,7 @@
 Every section of the page is a function ``(ctx: Context) -> Section``; ``accel_kit.report.sections``
 lists them in the page's order. ``Context`` holds the selected records, framed per study, and the
 citations of the page being built; ``study_table`` is a study's own table over those records
-(``accel_kit.studies.<study>.table``), so a number in the report is computed where the notebook
+(its declaration's ``Study.table``), so a number in the report is computed where the notebook
 computes it.
 """
 from __future__ import annotations
@@ -94,11 +94,12 @@ class Context:
         return not df.empty and (df["system"] == system).any()
 
 
-def study_table(ctx: Context, study: str) -> pd.DataFrame:
-    """The study module's own table (``accel_kit.studies.<study>.table``) over the context's records."""
+def study_table(ctx: Context, study: str, which: str = "table") -> pd.DataFrame:
+    """The study's own table (its ``Study.table``; ``which``: a second table it declares) over the context's
+    records."""
     from accel_kit import studies
 
     df = ctx.study(study)
     if df.empty:
         return df
-    return studies.study_module(study).table(df)
+    return studies.get_study(study).table(df, which)

@@ -1,7 +1,7 @@
 """Findings computed from the records, each citing the records it rests on (never written by hand).
 
 Throughput is compared only between records of one configuration (the study's model, sizes,
-device count and precision; ``HEADLINE``): the paper names unequal batch sizes, GAS and
+device count and precision; each study's ``Study.headline``): the paper names unequal batch sizes, GAS and
 precision as what makes cross-system comparisons unfair, so a finding never ranks two
 systems on different work.
 """
@@ -19,22 +19,20 @@ from accel_kit.report.context import Context, Section, study_table
 from accel_kit.report.render import esc
 from accel_kit.results import Record
 from accel_kit import identity
-from accel_kit.mesh import LAYOUT_FIELDS
+from accel_kit.studies.study import Headline
 
-# study -> (metric, unit, the parameters a finding names of a point). Two records are compared when they
-# share every field of the point's key but the system's own (``identity.config_key``).
+# Two records are compared when they share every field of the point's key but the system's own
+# (``identity.config_key``).
 ACROSS_SYSTEMS = ("system", "devices_per_node")
-HEADLINE: dict[str, tuple[str, str, list[str]]] = {
-    "microbenchmark": ("tflops", "TFLOP/s", ["model", "impl", "seq_len", "batch_size", "direction"]),
-    "scaling": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "gas", *LAYOUT_FIELDS,
-                                             "devices"]),
-    "seq_length": ("tokens_per_s", "tokens/s", ["preset", "micro_batch_size", *LAYOUT_FIELDS, "devices", "seq_len"]),
-    "gas": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "devices", "micro_batch_size", "gas"]),
-    "sparsity": ("tokens_per_s", "tokens/s", ["preset", "seq_len", "micro_batch_size", "steps", "sparsity_pattern",
-                                              "sparsity"]),
-    "genslm": ("samples_per_s_mean", "samples/s", ["preset", "vocab_size", "micro_batch_size", "devices",
-                                                   "seq_len"]),
-}
+
+
+def headlines() -> dict[str, Headline]:
+    """Each registered study's headline (``Study.headline``: its metric, unit and the parameters a finding names
+    of a point), in the registry's order; a study that declares none is not ranked."""
+    from accel_kit import studies
+
+    declared = {name: studies.get_study(name).headline for name in studies.STUDIES}
+    return {name: h for name, h in declared.items() if h is not None}
 
 
 def _config(row: pd.Series, keys: list[str]) -> str:
@@ -45,7 +43,8 @@ def _config(row: pd.Series, keys: list[str]) -> str:
 def fastest(ctx: Context) -> list[str]:
     """Per study and precision: the system fastest on the points more than one system measured."""
     out = []
-    for study, (metric, unit, keys) in HEADLINE.items():
+    for study, headline in headlines().items():
+        metric, unit, keys = headline.metric, headline.unit, list(headline.keys)
         df = ctx.study(study)
         if df.empty or metric not in df.columns:
             continue
@@ -213,11 +212,12 @@ def _measured(ctx: Context, study: str, record_ids: list[str], metric: str) -> l
 
 def gas_gain(ctx: Context) -> list[str]:
     """Per system and micro-batch: each larger GAS against the smallest, a gain only beyond the noise
-    (the notebook prints the same findings: ``accel_kit.studies.gas.findings``)."""
-    from accel_kit.studies import gas
+    (the notebook prints the same findings: the gas study's ``Study.findings``)."""
+    from accel_kit import studies
 
     # Over every run of each point (its latest cited): its samples are all its trials, as in the notebook.
-    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in gas.findings(ctx.records.study_runs("gas"))]
+    found = studies.get_study("gas").findings(ctx.records.study_runs("gas"))
+    return [esc(f["text"]) + ctx.cite.refs(f["record_ids"]) for f in found]
 
 
 def energy(ctx: Context) -> list[str]:

@@ -117,3 +117,19 @@ def pivot(ctx: Context, table_id: str, t: pd.DataFrame, *, study: str, base: lis
 def _norm(key: tuple) -> tuple:
     # NaN != NaN: a missing key part is None, so that the cell is found again.
     return tuple(None if R.is_missing(v) else v for v in key)
+
+
+def declared_pivot(ctx: Context, study: str, table_id: str, caption: str = "") -> Table:
+    """The report table ``table_id`` that ``study`` declares (``Study.report``): its rows, the points' keys that
+    name them and the quantities, over the study's table of the context's records."""
+    from accel_kit import studies
+    from accel_kit.report.cells import declared
+
+    found = studies.get_study(study)
+    spec = found.report_table(table_id)
+    df = ctx.study(study)
+    t = found.table(df, spec.table or "table") if not df.empty else df
+    if spec.select is not None and not t.empty:
+        t = spec.select(t, df)
+    return pivot(ctx, table_id, t, study=study, base=list(spec.base), extra=list(spec.extra),
+                 quantities=declared(found, spec, t), split_precision=spec.split_precision, caption=caption)

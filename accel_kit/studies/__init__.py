@@ -1,8 +1,9 @@
-"""Studies: each is a module with ``Params``, its points, ``table(df)``, ``figures(df)`` (and ``findings(df)``).
+"""Studies: each is a module that declares ``STUDY = Study(...)`` (``accel_kit.studies.study``): its parameters, its
+points or its runner, its table, the columns a reader sees, its figures, findings, headline metric and report tables.
 
 A study declares its points (``points(params, system) -> Sequence[Point]``, of any registered kind,
 ``accel_kit.engine.kinds``) and the generic runner (``run_declared``) runs them through the sweep
-runner; a study whose running differs (the training studies' data and measured peak) has a
+runner; a study whose running differs (the training studies' data and measured peak) declares a
 ``run(params, system, ...)`` of its own instead. ``run_study`` is the single entry point behind both
 the notebooks and the CLI, so the two always produce the same records. Adding a study is its module,
 its params/<study>/ profiles and one line in ``STUDIES`` (or ``register_study``: ``docs/engine.md``).
@@ -25,9 +26,11 @@ from accel_kit import results
 from accel_kit.errors import ParameterError
 from accel_kit.paths import output_dir as _output_dir
 from accel_kit.paths import output_dir_origin, writable_dir
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
 from accel_kit.systems import load_system
 
-# Study name -> module. Adding a study is its module, its params/<study>/ profiles and one line here.
+# Study name -> the module that declares its ``STUDY``, imported when the study is first asked for. Adding a
+# study is its module, its params/<study>/ profiles and one line here.
 STUDIES: dict[str, str] = {
     "microbenchmark": "accel_kit.studies.microbenchmark",
     "scaling": "accel_kit.studies.scaling",
@@ -40,17 +43,27 @@ STUDIES: dict[str, str] = {
 
 
 def register_study(name: str, module: str) -> None:
-    """Add study ``name``, whose module is ``module`` (a study defined outside accel_kit, e.g. a test's)."""
+    """Add study ``name``, declared by ``module``'s ``STUDY`` (a study defined outside accel_kit, e.g. a test's)."""
     if STUDIES.get(name, module) != module:
         raise ValueError(f"study {name!r} registered twice: {STUDIES[name]} and {module}")
     STUDIES[name] = module
 
 
-def study_module(name: str) -> ModuleType:
+def get_study(name: str) -> Study:
+    """The declaration of study ``name`` (its module's ``STUDY``); an unknown name is one line."""
     try:
-        return importlib.import_module(STUDIES[name])
+        declared = getattr(importlib.import_module(STUDIES[name]), "STUDY", None)
     except KeyError:
         raise ParameterError(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None
+    if not isinstance(declared, Study) or declared.name != name:
+        raise TypeError(f"{STUDIES[name]} declares no STUDY = Study({name!r}, ...)")
+    return declared
+
+
+def study_module(name: str) -> ModuleType:
+    """The module of study ``name`` (what it declares beyond ``STUDY``: its helpers, its constants)."""
+    get_study(name)  # a one-line error for an unknown name, a TypeError for a module without its declaration
+    return importlib.import_module(STUDIES[name])
 
 
 @dataclass
@@ -86,7 +99,7 @@ class StudyRun:
 
     def table(self) -> pd.DataFrame:
         """The study's summary table of this run (the data: every column, the record ids)."""
-        return study_module(self.study).table(self.df())
+        return get_study(self.study).table(self.df())
 
     def summary(self, table: str = "table"):
         """The table for people (``accel_kit.tables.readable``): the study's columns with units, a spread
@@ -95,19 +108,19 @@ class StudyRun:
         that builds it (a study with a second table, e.g. inference's ``serve_table``)."""
         from accel_kit import tables
 
-        module = study_module(self.study)
+        declared = get_study(self.study)
         every = results.load(self.records_path) if self.records_path.exists() else pd.DataFrame()
-        shown = getattr(module, "SHOWN", None) if table == "table" else None
-        return tables.readable(getattr(module, table)(self.df()), every, shown)
+        shown = list(declared.shown) if declared.shown is not None and table == "table" else None
+        return tables.readable(declared.table(self.df(), table), every, shown)
 
     def findings(self) -> list[str]:
         """The study's findings over every system's records under ``study_dir`` (a difference is called one
         only when the confidence interval of the ratio excludes 1: ``accel_kit.noise``); empty for a study
         that states none."""
-        module = study_module(self.study)
-        if not hasattr(module, "findings") or not self.study_dir.exists():
+        declared = get_study(self.study)
+        if declared.findings is None or not self.study_dir.exists():
             return []
-        return [f["text"] for f in module.findings(results.load(self.study_dir))]
+        return [f["text"] for f in declared.findings(results.load(self.study_dir))]
 
     def show_findings(self) -> None:
         """Print the findings, one a line (or why there is none)."""
@@ -217,8 +230,7 @@ def records_path(study_dir: Path, system: str) -> Path:
 
 def resolve(study: str, profile: str | None = "quick", **overrides: Any):
     """The study's validated parameters for ``profile`` with ``overrides`` (None = profile default)."""
-    module = study_module(study)
-    return _params.resolve(module.Params, study, profile, overrides)
+    return _params.resolve(get_study(study).params, study, profile, overrides)
 
 
 def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
@@ -231,39 +243,39 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
     Bad input (a parameter, the system, an output folder that cannot be written) raises an
     AccelKitError before any point runs.
     """
-    module = study_module(study)
-    params = _params.resolve(module.Params, study, profile, overrides)
+    declared = get_study(study)
+    params = _params.resolve(declared.params, study, profile, overrides)
     sys_desc = load_system(system)
     # Before any point runs: an output folder that cannot take the records is one line now, not a
     # traceback after the sweep (the notebook's failed cell shows the same line).
     study_dir = writable_dir(_output_dir(output_dir) / study, f"output folder ({output_dir_origin(output_dir)})")
     run_id = results.new_run_id()
-    run = getattr(module, "run", None) or functools.partial(run_declared, study, module)
+    run = declared.run or functools.partial(run_declared, declared)
     records = run(params, sys_desc, records_path=records_path(study_dir, system), run_id=run_id,
                   profile=profile, progress=progress, rerun=bool(rerun))
     return StudyRun(study, system, run_id, study_dir, records, profile=profile,
                     overrides={k: v for k, v in overrides.items() if v is not None}, output_dir=output_dir)
 
 
-def run_declared(study: str, module: ModuleType, params: Any, system: Any, *, records_path: Path, run_id: str,
+def run_declared(declared: Study, params: Any, system: Any, *, records_path: Path, run_id: str,
                  profile: str | None = None, progress: bool = True, rerun: bool = False) -> list[results.Record]:
-    """The generic runner: the study's declared points (``module.points(params, system)``, of any kind), each in
+    """The generic runner: the study's declared points (``declared.points(params, system)``, of any kind), each in
     its own process (``accel_kit.engine.sweep.run_sweep``); one record each. The records' params are each
     point's fields, beside the study's parameters that no point holds (``params.timeout_s``: each point's
     limit, default 600 s)."""
     from accel_kit.engine.sweep import run_sweep
 
-    points = list(module.points(params, system))
+    points = list(declared.points(params, system))
     in_points = set().union(*(type(p).model_fields for p in points)) if points else set()
     extra = params.model_dump(exclude=in_points) | {"profile": profile}
-    return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
+    return run_sweep(declared.name, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=getattr(params, "timeout_s", 600), progress=progress, rerun=rerun)
 
 
 def parameter_names(study: str) -> list[str]:
     """What a user may set for ``study`` (beyond system, profile and output_dir); a notebook's
     parameters cell names exactly these."""
-    return study_module(study).Params.parameter_names()
+    return get_study(study).params.parameter_names()
 
 
 NOTEBOOK_NAMES = ("system", "profile", "output_dir", "rerun")
@@ -328,7 +340,7 @@ def figures(study: str, study_dir: str | Path, save: bool = True) -> dict[str, A
 
     study_dir = Path(study_dir)
     df = results.load(study_dir) if study_dir.exists() else pd.DataFrame()
-    figs = study_module(study).figures(df)
+    figs = get_study(study).figures(df)
     if save:
         plots.save_html(figs, study_dir / "figures")
     return figs

@@ -12,9 +12,10 @@ from pydantic import Field, PositiveInt
 
 from accel_kit import energy, noise, results
 from accel_kit import identity
-from accel_kit.studies._training import AxesParams, study_runner, with_layout
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
+from accel_kit.studies.training import AxesParams, study_runner, with_layout
 
-STUDY = "gas"
+NAME = "gas"
 # The columns a table names first (with them, every key field that varies among its rows: identity.with_varying).
 KEYS = ["system", "preset", "precision", "devices", "micro_batch_size", "gas"]
 
@@ -27,7 +28,7 @@ class Params(AxesParams):
     micro_batch_sizes: list[PositiveInt] = Field(default=[16], min_length=1)
 
 
-run = study_runner(STUDY)
+run = study_runner(NAME)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -116,3 +117,15 @@ def findings(df: pd.DataFrame) -> list[dict]:
                                 f"({m.text()} against {b.text()} tokens/s)",
                         "record_ids": [base["record_id"], row["record_id"]]})
     return out
+
+
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=tuple(KEYS), findings=findings, axis="gas",
+    headline=Headline("tokens_per_s", "tokens/s", ("preset", "seq_len", "devices", "micro_batch_size", "gas")),
+    # Figure 6's numbers: each GAS against the smallest of its micro-batch.
+    report=(ReportTable("figure-6-data", ("micro_batch_size", "gas"),
+                        extra=("preset", "seq_len", "devices", "global_batch_size"), rows=(
+                            Row("tokens_per_s"), Row("samples_per_s"),
+                            Row("gain_vs_smallest_gas", "gain over the smallest GAS", "ratio", derived=True, base=True,
+                                reason="no ok record at the smallest GAS of this micro-batch"),
+                            Row("tokens_per_j"))),))

@@ -37,10 +37,11 @@ from accel_kit import energy, noise, results
 from accel_kit.errors import ParameterError
 from accel_kit.models import PRESETS
 from accel_kit import identity
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
+from accel_kit.studies.training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
-STUDY = "genslm"
+NAME = "genslm"
 UNIFORM_CODON_NATS = math.log(64)  # cross-entropy of a uniform guess over the 64 codons
 SYNTHETIC_SEED = 0  # the synthetic genomes are fixed data: their seed is not the training seed
 GENSLM_PRESETS = ["genslm-25m", "genslm-250m", "genslm-2.5b", "genslm-25b", "gpt2-13b", "genslm-gpt3-xl"]
@@ -155,7 +156,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
                          data_path=folders[seq_len],
                          steps=params.quality_steps if preset == params.quality_preset else params.steps)
               for preset in params.point_presets() for seq_len in lengths]
-    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+    return run_points(NAME, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                       progress=progress, rerun=rerun)
 
 
@@ -167,8 +168,8 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # What the notebook's table shows (the rest is in ``table``): the paper's Table IV columns, and memory.
-SHOWN = ["system", "preset", "n_params", "seq_len", "precision", "micro_batch_size", "global_batch_size", "status",
-         "tokens_per_s", "samples_per_s_mean", "mfu_measured_pct", "mem_peak_gib", "loss_last", "reason"]
+SHOWN = ("system", "preset", "n_params", "seq_len", "precision", "micro_batch_size", "global_batch_size", "status",
+         "tokens_per_s", "samples_per_s_mean", "mfu_measured_pct", "mem_peak_gib", "loss_last", "reason")
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -274,3 +275,15 @@ def figures(df: pd.DataFrame) -> dict:
                       annotation_text="ln 64: uniform over codons", annotation_position="top right")
         figs["genslm_loss"] = fig
     return figs
+
+
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=("system", "preset", "seq_len"), shown=SHOWN,
+    headline=Headline("samples_per_s_mean", "samples/s", ("preset", "vocab_size", "micro_batch_size", "devices",
+                                                         "seq_len")),
+    # Table IV: GenSLM's own samples/s (the global batch over the mean step), beside tokens/s.
+    report=(ReportTable("table-4-genslm", ("preset", "seq_len"), extra=(
+        "vocab_size", "micro_batch_size", "activation_checkpointing", "attention_kernel", "steps"), rows=(
+            Row("samples_per_s_mean", "samples/s"), Row("tokens_per_s"), Row("tokens_per_j"),
+            Row("mfu_pct"), Row("mfu_measured_pct"),
+            Row("mem_peak_gib", reason="the device reports no peak memory"), Row("loss_last"))),))

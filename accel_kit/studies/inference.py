@@ -31,9 +31,10 @@ from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.results import Record
 from accel_kit.serving.load import check_load
 from accel_kit.serving.stats import MLPERF_SLO_S, parse_slo
+from accel_kit.studies.study import ReportTable, Row, Study
 from accel_kit.systems import System
 
-STUDY = "inference"
+NAME = "inference"
 
 
 class Params(StudyParams):
@@ -200,7 +201,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     peak = PeakReference(system.id, shapes, enabled=params.measure_peak)
     in_points = set().union(*(type(p).model_fields for p in offline + served))
     extra = params.model_dump(exclude=in_points) | {"profile": profile}
-    records = run_sweep(STUDY, offline + served, records_path=records_path, run_id=run_id, extra_params=extra,
+    records = run_sweep(NAME, offline + served, records_path=records_path, run_id=run_id, extra_params=extra,
                         timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
     if served and progress:
         print(serve_progress(records), flush=True)
@@ -432,3 +433,39 @@ def serve_findings(df: pd.DataFrame) -> list[dict]:
                      f", {hi['serve_output_tokens_per_s']:.1f} at {int(hi['concurrency'])} (one load each)")
         out.append({"text": f"{where}: {said}", "record_ids": list(g["record_id"])})
     return out
+
+
+NO_CHECK = "the token check runs at each preset's first point (with transformers' generate beside ours)"
+NO_DECODE = "no request streamed more than one token"
+
+
+def generate_rows(t: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The offline-generation rows of the study's table (the serve points have their own)."""
+    return t[t["kind"] == "generate"] if not t.empty and "kind" in t.columns else t
+
+
+STUDY = Study(
+    NAME, Params, table, figures, points=points, run=run, keys=tuple(TABLE_KEYS), findings=findings,
+    work="inference", tables={"serve_table": serve_table},
+    report=(
+        ReportTable("inference-data", ("preset", "batch_size", "input_len", "output_len"), extra=("impl",),
+                    select=generate_rows, rows=(
+            Row("ttft_s", "TTFT (ms)", "ms"), Row("decode_tokens_per_s", "decode tokens/s"),
+            Row("tpot_p50_s", "TPOT p50 (ms)", "ms", reason="no decode step ran"),
+            Row("tpot_p99_s", "TPOT p99 (ms)", "ms", reason="no decode step ran"),
+            Row("mfu_pct"), Row("mfu_measured_pct"),
+            Row("mbu_pct", "MBU, datasheet bandwidth"), Row("mbu_measured_pct", "MBU, measured bandwidth"),
+            Row("energy_per_output_token_j", "energy per output token (J)", reason_key="energy_reason"),
+            # the token check (docs/inference.md): equality in fp32, agreement in the run's precision
+            Row("tokens_equal_fp32", "fp32 greedy tokens equal transformers'", "yes_no", reason=NO_CHECK),
+            Row("top1_agreement", "top-1 agreement with transformers", "share_pct", reason=NO_CHECK),
+            Row("max_logit_diff", "largest logit difference", reason=NO_CHECK))),
+        # one load per run: a spread is the range of a point's runs
+        ReportTable("inference-serve-data", ("preset", "engine", "concurrency", "request_rate"),
+                    extra=("prompt_tokens", "output_tokens"), table="serve_table", rates=SERVE_RATES,
+                    no_spread="one run of this load: noise not measured", rows=(
+            Row("serve_output_tokens_per_s"), Row("serve_requests_per_s"),
+            Row("serve_ttft_p50_s", "TTFT p50 (ms)", "ms"), Row("serve_ttft_p99_s", "TTFT p99 (ms)", "ms"),
+            Row("serve_tpot_p50_s", "TPOT p50 (ms)", "ms", reason=NO_DECODE),
+            Row("serve_tpot_p99_s", "TPOT p99 (ms)", "ms", reason=NO_DECODE),
+            Row("goodput_requests_per_s", spread=False), Row("goodput_pct")))))

@@ -25,9 +25,10 @@ from accel_kit.engine.sweep import PeakReference, run_sweep
 from accel_kit.params import Precision, StudyParams
 from accel_kit.precision import PRECISIONS
 from accel_kit import identity
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
 from accel_kit.systems import System
 
-STUDY = "microbenchmark"
+NAME = "microbenchmark"
 
 
 class Params(StudyParams):
@@ -93,7 +94,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
     extra = params.model_dump(exclude=set(BlockPoint.model_fields)) | {
         "profile": profile, "precisions": [c.precision for c in choices],
         "precisions_requested": params.precisions}
-    return run_sweep(STUDY, points, records_path=records_path, run_id=run_id, extra_params=extra,
+    return run_sweep(NAME, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, progress=progress, peak=peak, rerun=rerun)
 
 
@@ -158,3 +159,20 @@ def _layer_name(df: pd.DataFrame) -> str:
     """The preset(s) whose layer the rows timed (records from before ``preset`` existed: GPT-2 XL's shape)."""
     names = sorted(df["preset"].dropna().unique()) if "preset" in df.columns else []
     return " / ".join(names) or "GPT-2 XL"
+
+
+def direction_rows(direction: str):
+    """The rows of the study's table in ``direction`` (``forward``, ``forward_backward``): a report table's."""
+    def select(t: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+        return t[t["direction"] == direction]
+    return select
+
+
+# Figures 3 (forward) and 4 (forward and backward): the same quantities, one table each.
+ROWS = (Row("tflops"), Row("mfu_pct"), Row("mfu_measured_pct"), Row("flops_per_j"))
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=tuple(TABLE_KEYS),
+    headline=Headline("tflops", "TFLOP/s", ("model", "impl", "seq_len", "batch_size", "direction")),
+    report=tuple(ReportTable(f"figure-{n}-data", ("precision", "batch_size"), ROWS, extra=("impl",),
+                             split_precision=False, select=direction_rows(direction))
+                 for n, direction in ((3, "forward"), (4, "forward_backward"))))

@@ -17,18 +17,19 @@ from pydantic import Field, PositiveInt
 from accel_kit import energy, noise, results
 from accel_kit import identity
 from accel_kit.mesh import LAYOUT_FIELDS
-from accel_kit.studies._training import AxesParams, study_runner, with_layout
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
+from accel_kit.studies.training import AxesParams, study_runner, with_layout
 
-STUDY = "scaling"
+NAME = "scaling"
 # The columns a table names first (with them, every key field that varies among its rows).
 KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices"]
 # A ratio's base: the smallest device count of the same configuration (every key field but the device
 # count: ``identity.config_key(df, AXIS)``), layout included.
 AXIS = "devices"
 # The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
-SHOWN = ["system", "preset", "precision", "layout", "devices", "dp", "status", "global_batch_size", "tokens_per_s",
+SHOWN = ("system", "preset", "precision", "layout", "devices", "dp", "status", "global_batch_size", "tokens_per_s",
          "tokens_per_s_per_device", "speedup", "scaling_efficiency_pct", "mfu_measured_pct", "tokens_per_j",
-         "energy_j", "power_avg_w", "reason"]
+         "energy_j", "power_avg_w", "reason")
 
 
 class Params(AxesParams):
@@ -37,7 +38,7 @@ class Params(AxesParams):
     device_counts: list[PositiveInt] = Field(default=[1, 2, 4, 8], min_length=1)
 
 
-run = study_runner(STUDY)
+run = study_runner(NAME)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -90,3 +91,17 @@ def figures(df: pd.DataFrame) -> dict:
     if per_j is not None:
         figs["scaling_energy"] = per_j
     return figs
+
+
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=tuple(KEYS), shown=SHOWN, axis=AXIS,
+    headline=Headline("tokens_per_s", "tokens/s", ("preset", "seq_len", "micro_batch_size", "gas", *LAYOUT_FIELDS,
+                                                    "devices")),
+    # Table II: each layout against its fewest devices; ratios cite their base record too.
+    report=(ReportTable("table-2-scaling", ("preset", "layout", "devices"), extra=("global_batch_size",), rows=(
+        Row("tokens_per_s"), Row("tokens_per_s_per_device", "tokens/s per device"), Row("tokens_per_j"),
+        Row("speedup", "speedup", "ratio", derived=True, base=True,
+            reason="no ok record at a smaller device count to compare with"),
+        Row("scaling_efficiency_pct", "scaling efficiency", "pct", derived=True, base=True,
+            reason="no ok base record"),
+        Row("mfu_pct"), Row("mfu_measured_pct"))),))

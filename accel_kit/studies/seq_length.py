@@ -16,15 +16,16 @@ from pydantic import Field, PositiveInt
 from accel_kit import energy, noise, results
 from accel_kit import identity
 from accel_kit.mesh import LAYOUT_FIELDS
-from accel_kit.studies._training import AxesParams, study_runner, with_layout
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
+from accel_kit.studies.training import AxesParams, study_runner, with_layout
 
-STUDY = "seq_length"
+NAME = "seq_length"
 # The columns a table names first (with them, every key field that varies among its rows).
 KEYS = ["system", "preset", "precision", *LAYOUT_FIELDS, "devices", "seq_len"]
 # The columns a reader sees: the layout as one label (``layout``), not its fields one by one.
-SHOWN = ["system", "preset", "precision", "layout", "devices", "seq_len", "status", "tokens_per_s",
+SHOWN = ("system", "preset", "precision", "layout", "devices", "seq_len", "status", "tokens_per_s",
          "tokens_per_s_per_device", "tokens_per_j", "energy_j", "power_avg_w", "mem_peak_gib", "mem_estimate_gib",
-         "mfu_measured_pct", "reason"]
+         "mfu_measured_pct", "reason")
 
 
 class Params(AxesParams):
@@ -33,7 +34,7 @@ class Params(AxesParams):
     seq_lens: list[PositiveInt] = Field(default=[1024, 2048, 4096, 8192, 16384, 32768, 65536], min_length=1)
 
 
-run = study_runner(STUDY)
+run = study_runner(NAME)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -86,3 +87,13 @@ def figures(df: pd.DataFrame) -> dict:
             plots.swept_ticks(per_j, latest["seq_len"])
             figs["seq_length_energy"] = per_j
     return figs
+
+
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=tuple(KEYS), shown=SHOWN,
+    headline=Headline("tokens_per_s", "tokens/s", ("preset", "micro_batch_size", *LAYOUT_FIELDS, "devices", "seq_len")),
+    # Table III: lengths that did not fit are part of the result (their cells give the status and why).
+    report=(ReportTable("table-3-seq-length", ("preset", "layout", "devices", "seq_len"), extra=("micro_batch_size",),
+                        rows=(Row("tokens_per_s"), Row("tokens_per_j"),
+                              Row("mem_peak_gib", reason="the device reports no peak memory"),
+                              Row("mfu_pct"), Row("mfu_measured_pct"))),))

@@ -30,10 +30,11 @@ from pydantic import Field
 from accel_kit import energy, noise, results
 from accel_kit.models import check_preset
 from accel_kit import identity
-from accel_kit.studies._training import TrainingParams, make_point, resolve_precision, run_points
+from accel_kit.studies.study import Headline, ReportTable, Row, Study
+from accel_kit.studies.training import TrainingParams, make_point, resolve_precision, run_points
 from accel_kit.systems import System
 
-STUDY = "sparsity"
+NAME = "sparsity"
 # The columns a table names (with them, every key field that varies among its rows); a sparse point's
 # dense baseline shares every key field but the sparsity's (``identity.config_key``).
 GROUP = ["system", "preset", "precision", "micro_batch_size", "seq_len", "steps", "warmup_steps", "sparse_kernels",
@@ -90,7 +91,7 @@ def run(params: Params, system: System, *, records_path: Path, run_id: str, prof
                               warmup_steps=params.loss_warmup_steps)
                    for pattern, s in configs]
     points = list({p.key(): p for p in points}.values())  # a loss-curve run may equal a throughput run
-    return run_points(STUDY, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
+    return run_points(NAME, params, system, points, records_path=records_path, run_id=run_id, profile=profile,
                       progress=progress, rerun=rerun)
 
 
@@ -183,9 +184,9 @@ def loss_curve_rows(df: pd.DataFrame) -> pd.Series:
 
 
 # What the notebook's table shows (the rest is in ``table``): the paper's Figures 7 and 8 as numbers.
-SHOWN = ["system", "preset", "precision", "micro_batch_size", "seq_len", "status", "config", "execution",
+SHOWN = ("system", "preset", "precision", "micro_batch_size", "seq_len", "status", "config", "execution",
          "sparsity_measured", "tokens_per_s", "speedup_vs_dense", "ideal_speedup", "mfu_measured_pct", "loss_gap_pct",
-         "loss_curve_run", "steps", "reason"]
+         "loss_curve_run", "steps", "reason")
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
@@ -267,7 +268,7 @@ def figures(df: pd.DataFrame) -> dict:
     t = table(df)
     figs = {}
     # Figure 7 from the throughput runs (a loss-curve run counts where its preset is one of ``presets``).
-    speed = t[t["speedup_vs_dense"].notna() & (~t["loss_curve_run"] | t["preset"].isin(_throughput_presets(df)))]
+    speed = throughput_rows(t[t["speedup_vs_dense"].notna()], df)
     if not speed.empty:
         figs["sparsity_throughput"] = _throughput_figure(speed)
         if plots.has_values(speed, "tokens_per_j"):  # beside it, where the device reads its energy
@@ -297,10 +298,19 @@ GAP_BARS = (f"a loss is not timed, so no trial spread applies; error bars: the I
             f"the last {LOSS_WINDOW} steps (same batches)")
 
 
-def _throughput_presets(df: pd.DataFrame) -> set:
-    if "presets" not in df.columns:
-        return set(df["preset"])
-    return {p for value in df["presets"] if isinstance(value, list) for p in value}
+def throughput_rows(t: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``t`` (the study's table over the records ``df``) that Figure 7 compares: the throughput runs,
+    and a loss-curve run where its preset is one of the throughput ``presets``."""
+    if t.empty:
+        return t
+    presets = (set(df["preset"]) if "presets" not in df.columns
+               else {p for value in df["presets"] if isinstance(value, list) for p in value})
+    return t[~t["loss_curve_run"] | t["preset"].isin(presets)]
+
+
+def loss_rows(t: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``t`` that Figure 8 compares: the loss-curve runs."""
+    return t[t["loss_curve_run"]] if not t.empty else t
 
 
 def _order(configs) -> list[str]:
@@ -415,3 +425,27 @@ def _gap_figure(gaps: pd.DataFrame):
     fig.add_hline(y=0.0, line_color="grey")
     fig.update_xaxes(categoryorder="array", categoryarray=list(long["config"].cat.categories))
     return fig
+
+
+STUDY = Study(
+    NAME, Params, table, figures, run=run, keys=tuple(KEYS), shown=SHOWN, axis=("sparsity", "sparsity_pattern"),
+    headline=Headline("tokens_per_s", "tokens/s", ("preset", "seq_len", "micro_batch_size", "steps",
+                                                    "sparsity_pattern", "sparsity")),
+    report=(
+        # Figure 7's numbers: each sparse point against the dense one of its configuration.
+        ReportTable("figure-7-data", ("preset", "config"), extra=("micro_batch_size", "seq_len", "steps",
+                                                                   "sparse_kernels"), select=throughput_rows, rows=(
+            Row("tokens_per_s"),
+            Row("speedup_vs_dense", "relative to dense", "ratio", derived=True, base=True,
+                reason="no ok dense record of this preset"),
+            Row("ideal_speedup", "FLOP-proportional ideal", "ratio", derived=True,
+                reason="effective FLOPs not recorded"),
+            Row("execution", "how it ran", "text", derived=True),
+            Row("tokens_per_j"))),
+        # Figure 8's numbers: the loss-curve runs' final loss and its gap to dense.
+        ReportTable("figure-8-data", ("preset", "config"), extra=("micro_batch_size", "seq_len", "steps",
+                                                                   "dense_finetune_steps"), select=loss_rows, rows=(
+            Row("loss_final", "final loss (nats)", "loss", derived=True, reason="fewer than two windows of 10 steps"),
+            Row("loss_gap_pct", "above dense", "pct", derived=True, reason="no dense run to compare"),
+            Row("finetune_gap_pct", "above dense after dense fine-tuning", "pct", derived=True,
+                reason="this run had no dense fine-tuning steps")))))

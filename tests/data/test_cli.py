@@ -13,7 +13,7 @@ from accel_kit import cli
 from accel_kit.data import read_meta, tokenizer_of
 from accel_kit.data.cli import add_prepare_parser
 from accel_kit.errors import ParameterError
-from accel_kit.studies import _training
+from accel_kit.studies import training
 from accel_kit.tokenizers import load_tokenizer
 
 from .common import DOCS, read_tokens, write_jsonl
@@ -95,8 +95,8 @@ def test_data_with_more_tokens_than_the_model_fails_before_work(tmp_path, capsys
     def never(*args, **kwargs):
         raise AssertionError("ran although the data's tokens do not fit the model")
 
-    monkeypatch.setattr(_training, "run_sweep", never)
-    monkeypatch.setattr(_training, "resolve_data", never)
+    monkeypatch.setattr(training, "run_sweep", never)
+    monkeypatch.setattr(training, "resolve_data", never)
     monkeypatch.setenv("ACCEL_KIT_OUTPUT_DIR", str(tmp_path / "results"))
     folder = tmp_path / "prepared"
     _prepare(write_jsonl(tmp_path / "c.jsonl", DOCS), folder, write_tokenizer_json(tmp_path / "tokenizer.json"))
@@ -116,8 +116,8 @@ def test_data_vocab_check_per_point(tmp_path):
     def point(preset, vocab_size=None, data=str(folder), data_path=None):
         return SimpleNamespace(preset=preset, vocab_size=vocab_size, data=data, data_path=data_path)
 
-    _training.check_data_vocab([point("gpt2-debug"), point("genslm-debug", vocab_size=300), point("genslm-debug", data="synthetic"),
+    training.check_data_vocab([point("gpt2-debug"), point("genslm-debug", vocab_size=300), point("genslm-debug", data="synthetic"),
                       point("genslm-debug", vocab_size=300, data="genomes", data_path=str(folder))])
     with pytest.raises(ParameterError, match="more than the 299 of model preset 'genslm-debug' with vocab_size 299"):
-        _training.check_data_vocab([point("genslm-debug", vocab_size=299, data="genomes", data_path=str(folder))])
+        training.check_data_vocab([point("genslm-debug", vocab_size=299, data="genomes", data_path=str(folder))])
     assert tokenizer_of(None) is None
