@@ -357,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_link_parser(sub)
 
+    from accel_kit.tune.cli import add_tune_parser
+
+    add_tune_parser(sub)
+
     from accel_kit.report.cli import add_report_parser
 
     add_report_parser(sub)
