@@ -85,6 +85,7 @@ class Plan:
     device_gib: float | None
     device_gib_source: str
     at_hand: bool  # whether the system's device is here to measure on
+    removed: list[Ranked] = field(default_factory=list)  # predicted, then removed for memory
     notes: list[str] = field(default_factory=list)
 
     def rank_of(self, candidate: Candidate) -> int | None:
@@ -119,23 +120,32 @@ def plan(system: str, params: TuneParams, records: list | None = None, precision
 
     sys_desc = load_system(system)
     params.check(sys_desc)  # an unknown preset: one line
-    adapter = sys_desc.device_adapter()
     dirs = params.records or [str(output_dir())]
     if records is None:
         records = load_records(d for d in dirs if params.records or Path(d).exists())
     predictor = Predictor(system, records, link_root=dirs[0])
     precision = precision or _precision(params, sys_desc, predictor)
-    seq_len = params.seq_len or sys_desc.seq_len
-    global_batch = params.global_batch or sys_desc.micro_batch_size * params.devices
-    space = enumerate_space(params.preset, devices=params.devices, global_batch=global_batch, seq_len=seq_len,
-                            precision=precision, adapter=adapter)
-    _refuse_empty(space, params, global_batch)
+    space, seq_len, global_batch = space_for(params, sys_desc, precision)
     margin, margin_source = memory_margin(records, system, dirs[0])
     limit, limit_source = _device_memory(params, sys_desc)
     out = Plan(system, params, precision, seq_len, global_batch, space, [], None, margin, margin_source, limit,
-               limit_source, bool(adapter.availability()))
+               limit_source, bool(sys_desc.device_adapter().availability()))
     _predict(out, predictor, default_layout(params.devices, global_batch, sys_desc.micro_batch_size))
     return out
+
+
+def space_for(params: TuneParams, system: Any, precision: str) -> tuple[Space, int, int]:
+    """The configurations of ``params`` on ``system`` the checks let through, its sequence length and global batch.
+
+    Raises:
+        ParameterError: none is left (a device count no layout divides, a global batch no split makes).
+    """
+    seq_len = params.seq_len or system.seq_len
+    global_batch = params.global_batch or system.micro_batch_size * params.devices
+    space = enumerate_space(params.preset, devices=params.devices, global_batch=global_batch, seq_len=seq_len,
+                            precision=precision, adapter=system.device_adapter())
+    _refuse_empty(space, params, global_batch)
+    return space, seq_len, global_batch
 
 
 def _precision(params: TuneParams, system: Any, predictor: Predictor) -> str:
@@ -149,10 +159,10 @@ def _refuse_empty(space: Space, params: TuneParams, global_batch: int) -> None:
     if space.candidates:
         return
     reasons = ", ".join(f"{n} by {r}" for r, n in space.pruned.most_common())
-    if space.pruned["divisibility"] and not (set(space.pruned) - {"device count", "divisibility"}):
+    if space.pruned["global batch"]:  # a mesh that would have run but for the batch
         raise ParameterError(f"no layout of {params.preset} on {params.devices} devices makes global batch "
                              f"{global_batch} from a micro-batch and GAS ({reasons}); e.g. "
-                             f"{space.examples['divisibility']}")
+                             f"{space.examples['global batch']}")
     raise ParameterError(f"no layout of {params.preset} divides {params.devices} devices ({reasons}); "
                          + "; ".join(f"{r}: {space.examples[r]}" for r, _ in space.pruned.most_common(2)))
 
@@ -204,6 +214,7 @@ def _predict(out: Plan, predictor: Predictor, default: ParallelLayout | None) ->
             out.space.prune("memory", cand.label(), f"{pred.memory_per_device_gib:.3g} GiB predicted, "
                                                     f"{need:.3g} with the margin, over {USABLE_FRACTION:.0%} of "
                                                     f"{out.device_gib:.3g} GiB")
+            out.removed.append(ranked)
             continue
         out.ranked.append(ranked)
     out.ranked.sort(key=lambda r: (-r.tokens_per_s, *simplicity(r.candidate)))

@@ -18,7 +18,7 @@ from typing import Any
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.predictor import SAME_PRESET_RECORDS
-from accel_kit.tune import STUDY, Plan, Ranked, TuneParams, plan
+from accel_kit.tune import STUDY, Plan, Ranked, TuneParams, plan, space_for
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import Candidate
 
@@ -104,10 +104,12 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
     if params.budget_s is not None and params.budget_s < POINT_START_S:
         raise ParameterError(f"budget_s {params.budget_s:g} is too small for one point: a point's start alone "
                              f"takes about {POINT_START_S} s")
+    params.check(sys_desc)  # an unknown preset: one line
+    choice = resolve_precision(params, sys_desc)
+    space_for(params, sys_desc, choice.precision)  # nothing left to measure: one line before anything runs
     root = _output_dir(output_dir)
     path = _records_path(writable_dir(root / STUDY, f"output folder ({output_dir_origin(output_dir)})"), system)
     sources = params.records or [str(root)]
-    choice = resolve_precision(params, sys_desc)
     clock = Clock(params.budget_s)
     run = {"records_path": path, "run_id": results.new_run_id(), "profile": profile, "progress": progress,
            "rerun": rerun}

@@ -6,7 +6,8 @@ removed, in this order, for
 
 - ``device count``: tp x pp x cp does not divide the devices;
 - ``divisibility``: the layout's own arithmetic (ep does not divide dp; a pipeline's micro-batch does not split
-  into its chunks; the global batch does not split over dp);
+  into its chunks);
+- ``global batch``: the global batch does not split over dp (checked last of a mesh's: it ran but for the batch);
 - ``not built``: a combination the engine here does not build (``ParallelLayout.validate_layout``, and fp16 under
   a sharded layout in ``check_layout``);
 - ``model shape``: what the model does not allow (its heads over tp, its blocks over pp, its experts over ep, its
@@ -30,7 +31,7 @@ from accel_kit.errors import ParameterError
 from accel_kit.mesh import Engine, ParallelLayout
 
 # The reasons a layout is removed, in the order they are checked ("memory" last: ``accel_kit.tune``).
-REASONS = ("device count", "divisibility", "not built", "model shape", "device", "memory")
+REASONS = ("device count", "divisibility", "not built", "model shape", "device", "global batch", "memory")
 DEGREES = ("tp", "pp", "cp", "ep")
 
 
@@ -116,7 +117,7 @@ def _check_mesh(space: Space, layout: ParallelLayout, spec: dict[str, Any], adap
 def _batches(space: Space, layout: ParallelLayout, global_batch: int) -> list[ParallelLayout]:
     """``layout`` at every micro-batch and GAS whose product over dp is ``global_batch``."""
     if global_batch % layout.dp:
-        space.prune("divisibility", mesh_label(layout), f"global batch {global_batch} does not split over "
+        space.prune("global batch", mesh_label(layout), f"global batch {global_batch} does not split over "
                                                         f"dp {layout.dp}")
         return []
     per_replica = global_batch // layout.dp
