@@ -224,12 +224,12 @@ def _predict(out: Plan, predictor: Predictor, default: ParallelLayout | None) ->
 
 
 def simplicity(candidate: Candidate) -> tuple:
-    """Among configurations predicted alike, the one with fewer moving parts first: the engine in the order
-    ``Engine`` lists them (ddp, fsdp, deepspeed), the fewest split degrees, the largest micro-batch (the fewest
-    launches), no checkpointing."""
+    """Among configurations predicted alike, the one with fewer moving parts first: no checkpointing (its
+    recomputation is work a fit without checkpointed records may not see), the engine in the order ``Engine``
+    lists them (ddp, fsdp, deepspeed), the fewest split degrees, the largest micro-batch (the fewest launches)."""
     lay = candidate.layout
-    return (get_args(Engine).index(lay.engine), lay.replica_devices * lay.ep, -lay.micro_batch_size,
-            candidate.activation_checkpointing)
+    return (candidate.activation_checkpointing, get_args(Engine).index(lay.engine), lay.replica_devices * lay.ep,
+            -lay.micro_batch_size)
 
 
 def tune(system: str, params: TuneParams, *, output_dir: str | Path | None = None, profile: str | None = None,
