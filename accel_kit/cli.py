@@ -356,10 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     pred.set_defaults(func=_cmd_predict)
 
     _add_link_parser(sub)
-
     from accel_kit.report.cli import add_report_parser
+    from accel_kit.tune.cli import add_tune_parser
 
     add_report_parser(sub)
+    add_tune_parser(sub)
 
     systems = sub.add_parser("systems", help="list systems and whether each is available here")
     systems.set_defaults(func=_cmd_systems)

@@ -36,6 +36,7 @@ Per layout (``accel_kit.engine.parallel`` builds them):
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -94,6 +95,7 @@ def _stages(cfg: Any, family: Any, n_params: int, layout: ParallelLayout) -> lis
             _Stage(per_stage, head + extra, True, last_chunks)]
 
 
+@functools.lru_cache(maxsize=16)  # a build on the meta device per call: a tune predicts hundreds of pipelines
 def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]:
     """Weights of the embedding, of one whole block and of the head (a tied projection counted in both
     ends: a pipeline's last stage holds its own copy), from the family's stage split on the meta device;

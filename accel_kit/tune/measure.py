@@ -1,0 +1,209 @@
+"""Tune's measuring half: the predicted-best configurations and the system's default, measured through the sweep.
+
+Where the system's device is here, each configuration is a training point (``make_point``, as every training
+study makes its points) run by ``run_points`` into ``outputs/tune/<system>.jsonl``: a point recorded before is
+resumed, not measured again. A model the system has too few single-device records of to fit its rates
+(``SAME_PRESET_RECORDS``) is first measured on one device at a few batch shapes, so that the prediction rests
+on its own records (the calibration, recorded like the rest). ``budget_s`` bounds all of it: each point runs
+with what is left as its ``time_budget_s``, and a point predicted to take longer than what is left is not
+started.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel_kit.errors import ParameterError
+from accel_kit.mesh import ParallelLayout
+from accel_kit.predict.predictor import SAME_PRESET_RECORDS
+from accel_kit.tune import STUDY, Plan, Ranked, TuneParams, plan, space_for
+from accel_kit.tune.rank import kendall_tau, ranks
+from accel_kit.tune.space import Candidate
+
+# The least a point takes beyond its steps: a tiny training point's whole call through the fork server, 0.14 s
+# at one rank and 0.21 s as two DDP ranks on the 2-core EPYC (docs/engine.md, benchmarks/point_start.py).
+POINT_START_S = 0.2
+
+
+@dataclass
+class Row:
+    """One measured configuration against its prediction."""
+
+    label: str
+    predicted: float  # tokens/s
+    predicted_rank: int | None  # None: removed for memory (the default may be)
+    default: bool
+    status: str = "not measured"
+    reason: str | None = None
+    measured: float | None = None  # tokens/s
+    measured_rank: int | None = None
+    record_id: str | None = None
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured tokens/s."""
+        return None if not self.measured else self.predicted / self.measured - 1
+
+
+@dataclass
+class Tuned:
+    """A plan and its measurement."""
+
+    plan: Plan
+    rows: list[Row]
+    records_path: Path
+    tau: float = float("nan")
+    compared: int = 0  # measured configurations tau is over
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Row | None:
+        ok = [r for r in self.rows if r.measured]
+        return max(ok, key=lambda r: r.measured) if ok else None
+
+    @property
+    def default_row(self) -> Row | None:
+        return next((r for r in self.rows if r.default), None)
+
+    def lines(self, shown: int = 10) -> list[str]:
+        from accel_kit.tune.text import measured_lines
+
+        return self.plan.lines(shown) + measured_lines(self)
+
+
+class Clock:
+    """What is left of ``budget_s`` (None: no limit)."""
+
+    def __init__(self, budget_s: float | None):
+        self.budget_s, self.start = budget_s, time.monotonic()
+
+    def left(self) -> float | None:
+        return None if self.budget_s is None else self.budget_s - (time.monotonic() - self.start)
+
+
+def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | None = None,
+                 profile: str | None = None, progress: bool = True, rerun: bool = False) -> Plan | Tuned:
+    """``plan``, then, where the system's device is here, measure its top ``top_k`` and the default.
+
+    Raises:
+        ParameterError: a budget too small for one point (before any runs), and ``plan``'s refusals.
+    """
+    from accel_kit import results
+    from accel_kit.paths import output_dir as _output_dir
+    from accel_kit.paths import output_dir_origin, writable_dir
+    from accel_kit.predict.heldout import load_records
+    from accel_kit.studies import records_path as _records_path
+    from accel_kit.studies._training import resolve_precision
+    from accel_kit.systems import load_system
+
+    sys_desc = load_system(system)
+    if not sys_desc.device_adapter().availability():
+        return plan(system, params)
+    if params.budget_s is not None and params.budget_s < POINT_START_S:
+        raise ParameterError(f"budget_s {params.budget_s:g} is too small for one point: a point's start alone "
+                             f"takes about {POINT_START_S} s")
+    params.check(sys_desc)  # an unknown preset: one line
+    choice = resolve_precision(params, sys_desc)
+    space_for(params, sys_desc, choice.precision)  # nothing left to measure: one line before anything runs
+    root = _output_dir(output_dir)
+    path = _records_path(writable_dir(root / STUDY, f"output folder ({output_dir_origin(output_dir)})"), system)
+    sources = params.records or [str(root)]
+    clock = Clock(params.budget_s)
+    run = {"records_path": path, "run_id": results.new_run_id(), "profile": profile, "progress": progress,
+           "rerun": rerun}
+    records = load_records(s for s in sources if params.records or Path(s).exists())
+    notes = []
+    if _needs_calibration(records, system, params.preset, choice.precision):
+        calibrated = _run(params, sys_desc, choice, _calibration(sys_desc.micro_batch_size), clock, run)
+        notes.append(f"calibration: {len(calibrated)} single-device points of {params.preset} measured first "
+                     f"({', '.join(r.status for r in calibrated)}), so the prediction rests on its own records")
+        records = load_records([*sources, str(path)])
+    the_plan = plan(system, params, records, precision=choice.precision)
+    the_plan.notes += notes
+    return _measure(the_plan, params, sys_desc, choice, clock, run)
+
+
+def _needs_calibration(records: list, system: str, preset: str, precision: str) -> bool:
+    """Whether the system has fewer single-device records of ``preset`` at ``precision`` than a fit of its own
+    takes (the predictor then fits on other models' rates, or has none)."""
+    from accel_kit.predict.records import usable
+
+    own = [r for r in records if r.system == system and usable(r) and r.params["preset"] == preset
+           and r.params["precision"] == precision and r.params["devices"] == 1]
+    return len(own) < SAME_PRESET_RECORDS
+
+
+def _calibration(system_mb: int) -> list[Candidate]:
+    """Single-device configurations whose step times separate the predictor's terms: two micro-batches (per
+    token against per micro-batch work), GAS 2 (the optimizer once per step) and checkpointing (recompute)."""
+    mb = max(2, system_mb)
+    return [Candidate(ParallelLayout(micro_batch_size=b, gas=g), ckpt)
+            for b, g, ckpt in ((1, 1, False), (mb, 1, False), (mb, 2, False), (mb, 1, True))]
+
+
+def _run(params: TuneParams, system: Any, choice: Any, candidates: list[Candidate], clock: Clock,
+         run: dict[str, Any]) -> list:
+    """Measure ``candidates`` one after the other (each with what is left of the budget); their records."""
+    from accel_kit.studies._training import make_point, run_points
+
+    out = []
+    for cand in candidates:
+        left = clock.left()
+        if left is not None and left <= POINT_START_S:
+            break
+        point = make_point(params, system, choice, **cand.fields(), time_budget_s=left)
+        out += run_points(STUDY, params, system, [point], **run)
+    return out
+
+
+def _selected(the_plan: Plan) -> list[tuple[Ranked, bool]]:
+    """The top ``top_k`` predicted and the default (where it is not among them), each with whether it is it."""
+    top = the_plan.ranked[:the_plan.params.top_k]
+    default = the_plan.default
+    chosen = [(r, default is not None and r.candidate == default.candidate) for r in top]
+    if default is not None and not any(is_default for _, is_default in chosen):
+        chosen.append((default, True))
+    return chosen
+
+
+def _cost_s(ranked: Ranked, params: TuneParams) -> float:
+    """A point's predicted wall time: its steps (warm-up and timed) at the predicted step time, and its start."""
+    return ranked.prediction.step_time_s * (params.warmup_steps + params.steps) + POINT_START_S
+
+
+def _measure(the_plan: Plan, params: TuneParams, system: Any, choice: Any, clock: Clock,
+             run: dict[str, Any]) -> Tuned:
+    selected = _selected(the_plan)
+    left = clock.left()
+    if left is not None and min(_cost_s(r, params) for r, _ in selected) > left:
+        cheapest = min(_cost_s(r, params) for r, _ in selected)
+        raise ParameterError(f"budget_s {params.budget_s:g} is too small for one point: {left:.3g} s left, the "
+                             f"cheapest selected configuration is predicted to take {cheapest:.3g} s")
+    tuned = Tuned(the_plan, [], run["records_path"])
+    for ranked, is_default in selected:
+        row = Row(ranked.candidate.label(), ranked.tokens_per_s, the_plan.rank_of(ranked.candidate), is_default)
+        tuned.rows.append(row)
+        left = clock.left()
+        if left is not None and _cost_s(ranked, params) > left:
+            row.reason = f"predicted {_cost_s(ranked, params):.3g} s, {max(left, 0):.3g} s of the budget left"
+            continue
+        for rec in _run(params, system, choice, [ranked.candidate], clock, run):
+            row.status, row.reason, row.record_id = rec.status, rec.reason, rec.record_id
+            row.measured = rec.metrics.get("tokens_per_s") if rec.status == "ok" else None
+    _compare(tuned)
+    return tuned
+
+
+def _compare(tuned: Tuned) -> None:
+    """Measured ranks and Kendall's tau over the configurations measured ok: the ranking tune made (configurations
+    predicted alike ordered by ``simplicity``; the default, where removed for memory, last) against the measured
+    tokens/s."""
+    ok = [r for r in tuned.rows if r.measured]
+    for row, rank in zip(ok, ranks([r.measured for r in ok])):
+        row.measured_rank = rank
+    tuned.compared = len(ok)
+    if len(ok) >= 2:
+        last = len(tuned.plan.ranked) + 1
+        tuned.tau = kendall_tau([-(r.predicted_rank or last) for r in ok], [r.measured for r in ok])

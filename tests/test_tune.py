@@ -1,0 +1,121 @@
+"""accel-kit tune: the layouts it enumerates and why it removes the others, its refusals, Kendall's tau, and a
+configuration the memory model removes failing under the memory cap it was removed for."""
+import pytest
+
+from accel_kit import cli, results, tune
+from accel_kit.engine.layout import check_layout
+from accel_kit.engine.point import TrainSpec
+from accel_kit.systems import load_system
+from accel_kit.tune.rank import kendall_tau, ranks
+from accel_kit.tune.space import default_layout, enumerate_space
+
+
+def _space(preset: str, devices: int = 4, global_batch: int = 8, seq_len: int = 32):
+    return enumerate_space(preset, devices=devices, global_batch=global_batch, seq_len=seq_len, precision="fp32",
+                           adapter=load_system("cpu").device_adapter())
+
+
+@pytest.mark.parametrize("preset", ["llama3-debug", "moe-debug", "gpt2-debug"])
+def test_every_candidate_is_a_layout_run_takes_and_makes_the_global_batch(preset):
+    space = _space(preset)
+    assert space.candidates
+    for cand in space.candidates:
+        lay = cand.layout
+        check_layout(TrainSpec(preset=preset, seq_len=32, precision="fp32", **cand.fields()))  # what run checks
+        assert lay.devices == 4 and lay.global_batch_size == 8
+    assert {c.activation_checkpointing for c in space.candidates} == {False, True}
+    assert space.meshes == 3 * 3 ** 4  # engine x tp x pp x cp x ep over the divisors of 4
+    assert space.pruned["device count"] == 3 * 3 * sum(4 % (tp * pp * cp) > 0 for tp in (1, 2, 4) for pp in (1, 2, 4)
+                                                        for cp in (1, 2, 4))
+
+
+def test_the_model_and_the_device_decide_what_is_left():
+    dense = _space("llama3-debug")
+    meshes = {(c.layout.engine, c.layout.tp, c.layout.pp, c.layout.cp, c.layout.ep) for c in dense.candidates}
+    assert ("ddp", 2, 1, 1, 1) in meshes and ("ddp", 1, 2, 1, 1) in meshes and ("fsdp", 2, 1, 1, 1) in meshes
+    assert not any(m[4] > 1 for m in meshes) and "dense model" in dense.examples["model shape"]
+    assert not any(m[3] > 1 for m in meshes) and "CPU" in dense.examples["device"]  # cp: not on a CPU
+    assert ("ddp", 4, 1, 1, 1) not in meshes  # tp 4 does not divide llama3-debug's 2 key/value heads
+    assert dense.pruned["device count"] and dense.pruned["not built"]
+    moe = {(c.layout.engine, c.layout.tp, c.layout.ep) for c in _space("moe-debug").candidates}
+    assert ("ddp", 1, 2) in moe and ("fsdp", 1, 4) in moe and not any(tp > 1 for _, tp, _ in moe)
+    gpt2 = {c.layout.tp for c in _space("gpt2-debug").candidates}
+    assert gpt2 == {1, 2, 4}  # its 4 heads split over 4 ranks
+    # A pipeline's micro-batch splits into its chunks: pp 2 keeps only even micro-batches.
+    assert all(c.layout.micro_batch_size % 2 == 0 for c in dense.candidates if c.layout.pp == 2)
+
+
+def test_the_default_is_data_parallel_at_the_systems_micro_batch():
+    assert default_layout(4, 32, 4).model_dump(include={"engine", "micro_batch_size", "gas"}) == \
+        {"engine": "ddp", "micro_batch_size": 4, "gas": 2}
+    assert default_layout(4, 12, 4).micro_batch_size == 3 and default_layout(3, 4, 4) is None
+
+
+@pytest.mark.parametrize("args, words", [
+    (["no-such-model", "--system", "cpu", "--devices", "4"], "no-such-model"),
+    (["llama3-debug", "--system", "cpu", "--devices", "3", "--global-batch", "4"], "global batch 4"),
+    (["moe-debug", "--system", "cpu", "--devices", "2", "--global-batch", "3"], "global batch 3"),
+    (["llama3-debug", "--system", "cpu", "--devices", "4", "--budget-s", "0.1"], "too small for one point"),
+    (["llama3-debug", "--system", "cpu", "--devices", "0"], "at least 1"),
+])
+def test_bad_input_is_one_line_and_status_2(args, words, out_dir, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["tune", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_system_not_here_is_predicted_and_marked_so(capsys):
+    assert cli.main(["tune", "llama3-debug", "--system", "h200", "--devices", "8", "--seq-len", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTIONS ONLY" in out and "datasheet" in out and "device count" in out and "default" in out
+    assert "Kendall" not in out and "chosen:" not in out
+
+
+def test_kendall_tau_counts_ties_as_tau_b():
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1 and kendall_tau([1, 2, 3], [3, 2, 1]) == -1
+    assert kendall_tau([1, 2, 3], [1, 1, 2]) == pytest.approx(2 / 6 ** 0.5)  # scipy.stats.kendalltau's tau-b
+    assert kendall_tau([1, 1], [1, 2]) != kendall_tau([1, 1], [1, 2])  # NaN: no pair untied in both
+    assert ranks([5.0, 9.0, 5.0]) == [2, 1, 2]
+
+
+def _cap_in_widest_gap(plan) -> float:
+    """A memory cap whose usable share, less the margin, falls midway (geometrically) in the widest gap between the
+    configurations' predicted memories: none is within the margin of it, so the test does not hang on the noise of
+    one measured peak."""
+    mems = sorted({round(r.prediction.memory_per_device_gib, 6) for r in plan.ranked})
+    low, high = max(zip(mems, mems[1:]), key=lambda pair: pair[1] / pair[0])
+    assert high / low > 1.3, mems
+    return (low * high) ** 0.5 * (1 + plan.margin) / tune.USABLE_FRACTION
+
+
+@pytest.mark.slow
+def test_a_configuration_removed_for_memory_fails_under_that_cap(out_dir):
+    """gpt2-debug on one rank, its 50k-token logits the most of its memory: calibrate (no cap), then plan under a
+    cap per process. The removed configuration predicted to need the least (every other removed one is predicted
+    to need more) runs out of memory, or its measured peak passes the share of the cap the pruning counts usable;
+    the fastest kept one runs within the cap. Without checkpointing only: with it, the memory model errs on the
+    safe side here (mb 8 x gas 2 checkpointed, removed under a 1.95 GiB cap, so predicted to need over its usable
+    1.75 GiB with the margin, peaked at 1.49 GiB), so a checkpointed configuration it removes may have fit."""
+    base = {"preset": "gpt2-debug", "devices": 1, "seq_len": 128, "global_batch": 16, "top_k": 1, "steps": 2,
+            "warmup_steps": 1, "precision": "fp32"}
+    tuned = tune.tune("cpu", tune.resolve_params(None, base), progress=False)
+    assert tuned.rows[0].status == "ok", tuned.lines()
+    cap = _cap_in_widest_gap(tuned.plan)
+    capped = tune.resolve_params(None, base | {"memory_limit_gib": cap})
+    plan = tune.plan("cpu", capped, precision="fp32")
+    assert plan.removed and plan.ranked, plan.lines()
+    from accel_kit.tune.measure import Clock, _run
+
+    system = load_system("cpu")
+    choice = system.device_adapter().resolve_precision("fp32")
+    run = {"records_path": out_dir / "tune" / "capped.jsonl", "run_id": results.new_run_id(), "profile": None,
+           "progress": False, "rerun": False}
+    removed = [r for r in plan.removed if not r.candidate.activation_checkpointing]
+    least = min(removed, key=lambda r: r.prediction.memory_per_device_gib).candidate
+    rec = _run(capped, system, choice, [least], Clock(None), run)[0]
+    peak = rec.metrics.get("mem_peak_gib") or 0
+    assert rec.status == "oom" or peak > tune.USABLE_FRACTION * cap, (least.label(), cap, rec.status, rec.reason, peak,
+                                                                       [(r.candidate.label(), r.prediction.memory_per_device_gib) for r in plan.removed])
+    rec = _run(capped, system, choice, [plan.ranked[0].candidate], Clock(None), run)[0]
+    assert rec.status == "ok" and rec.metrics["mem_peak_gib"] <= cap, (cap, rec.status, rec.reason)
