@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     from accel_kit.tune.cli import add_tune_parser
 
     add_report_parser(sub)
-    add_tune_parser(sub)
+    add_tune_parser(sub, at_least)
 
     systems = sub.add_parser("systems", help="list systems and whether each is available here")
     systems.set_defaults(func=_cmd_systems)

@@ -192,7 +192,7 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
     # Folders the user named must exist (a one-line DataError otherwise); the default may not yet.
     records = load_records(d for d in dirs if params.records or Path(d).exists())
     predictor = Predictor(system, records, link_root=dirs[0], devices_per_node=params.devices_per_node)
-    precision = _precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
+    precision = prediction_precision(params.precision or sys_desc.default_precision, sys_desc, predictor)
     predictions, notes = [], []
     seq_len = params.seq_len or sys_desc.seq_len
     for layout in params.layouts(sys_desc.micro_batch_size):
@@ -208,7 +208,7 @@ def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -
     return WhatIf(system, params, predictions, ho, error_summary(ho), dirs, notes, records)
 
 
-def _precision(requested: str, system, predictor: Predictor) -> str:
+def prediction_precision(requested: str, system, predictor: Predictor) -> str:
     """``auto``: the precision most of the system's records ran (what the prediction learns from), else the
     adapter's choice where the device is here, else bf16."""
     if requested != "auto":

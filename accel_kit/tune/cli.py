@@ -19,9 +19,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_tune_parser(sub) -> None:
-    from accel_kit.cli import at_least
-
+def add_tune_parser(sub, at_least) -> None:
+    """The ``tune`` subcommand on ``sub``; ``at_least``: the CLI's bounded-number type (passed in, as this module
+    sits below ``accel_kit.cli``)."""
     tune = sub.add_parser("tune", help="the fastest layout that fits a model on N devices: predicted, then "
                                        "measured where the system's device is here")
     tune.add_argument("model", help="model preset (e.g. llama3.1-8b, llama3-debug)")

@@ -18,7 +18,7 @@ from typing import Any
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.predictor import SAME_PRESET_RECORDS
-from accel_kit.tune import STUDY, Plan, Ranked, TuneParams, plan, space_for
+from accel_kit.tune.plan import STUDY, Plan, Ranked, TuneParams, plan, space_for
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import Candidate
 
@@ -68,8 +68,6 @@ class Tuned:
         return next((r for r in self.rows if r.default), None)
 
     def lines(self, shown: int = 10) -> list[str]:
-        from accel_kit.tune.text import measured_lines
-
         return self.plan.lines(shown) + measured_lines(self)
 
 
@@ -95,7 +93,7 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
     from accel_kit.paths import output_dir_origin, writable_dir
     from accel_kit.predict.heldout import load_records
     from accel_kit.studies import records_path as _records_path
-    from accel_kit.studies._training import resolve_precision
+    from accel_kit.studies.training import resolve_precision
     from accel_kit.systems import load_system
 
     sys_desc = load_system(system)
@@ -146,7 +144,7 @@ def _calibration(system_mb: int) -> list[Candidate]:
 def _run(params: TuneParams, system: Any, choice: Any, candidates: list[Candidate], clock: Clock,
          run: dict[str, Any]) -> list:
     """Measure ``candidates`` one after the other (each with what is left of the budget); their records."""
-    from accel_kit.studies._training import make_point, run_points
+    from accel_kit.studies.training import make_point, run_points
 
     out = []
     for cand in candidates:
@@ -207,3 +205,31 @@ def _compare(tuned: Tuned) -> None:
     if len(ok) >= 2:
         last = len(tuned.plan.ranked) + 1
         tuned.tau = kendall_tau([-(r.predicted_rank or last) for r in ok], [r.measured for r in ok])
+
+
+def tune(system: str, params: TuneParams, *, output_dir: str | Path | None = None, profile: str | None = None,
+         progress: bool = True, rerun: bool = False):
+    """Plan, then (where the system's device is here) measure: a ``accel_kit.tune.measure.Tuned``, or the
+    ``Plan`` alone where it is not."""
+    return measure_plan(system, params, output_dir=output_dir, profile=profile, progress=progress, rerun=rerun)
+
+
+def measured_lines(tuned: Tuned) -> list[str]:
+    """Predicted against measured, per measured configuration, then tau, the choice and the default's figure."""
+    lines = [f"measured on {tuned.plan.system} ({len(tuned.rows)} configurations; records -> {tuned.records_path}):",
+             f"{'pred':>4} {'meas':>4}  {'layout':44s} {'predicted':>10} {'measured':>10} {'error':>7}  status"]
+    for row in tuned.rows:
+        meas = "" if row.measured is None else f"{row.measured:10.4g}"
+        err = "" if row.error is None else f"{row.error:+7.1%}"
+        lines.append(f"{row.predicted_rank or '-':>4} {row.measured_rank or '-':>4}  {row.label:44s} "
+                     f"{row.predicted:10.4g} {meas:>10} {err:>7}  {row.status}"
+                     + (" (default)" if row.default else "") + (f": {row.reason[:100]}" if row.reason else ""))
+    lines.append(f"Kendall's tau, predicted against measured tokens/s: {tuned.tau:.3f} over {tuned.compared} "
+                 "configurations" if tuned.compared >= 2 else "Kendall's tau: fewer than 2 configurations measured")
+    if tuned.chosen is not None:
+        line = f"chosen: {tuned.chosen.label}, {tuned.chosen.measured:.4g} tokens/s measured"
+        base = tuned.default_row
+        if base is not None and base.measured:
+            line += f", {tuned.chosen.measured / base.measured:.2f}x the default's {base.measured:.4g}"
+        lines.append(line)
+    return lines + tuned.notes
