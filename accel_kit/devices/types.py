@@ -114,21 +114,16 @@ class PointFields(Protocol):
 
 
 class TrainPointFields(PointFields, Protocol):
-    """What an adapter and a vendor's programming model read of a training point (``engine.point.TrainPoint``)."""
+    """What an adapter and a vendor's programming model read of a training point (``engine.point.TrainPoint``)
+    beyond its layout: a training point is also an ``accel_kit.mesh.ParallelLayout``, whose fields (``devices``,
+    ``engine``, ``tp``, ``pp``, ``cp``, ``ep``, ``micro_batch_size``, ``gas``) and ``dp`` they read too, declared
+    there alone (``tests/test_layout_guard.py``)."""
 
     preset: str
     seq_len: int
-    micro_batch_size: int
-    gas: int
     steps: int
     warmup_steps: int
     seed: int
-    devices: int
-    engine: str
-    tp: int
-    pp: int
-    cp: int
-    ep: int
     data: str
     data_path: str | None
     activation_checkpointing: bool
@@ -139,9 +134,6 @@ class TrainPointFields(PointFields, Protocol):
     sparse_kernels: str
     dense_finetune_steps: int
     steps_per_call: int
-
-    @property
-    def dp(self) -> int: ...
 
 
 class BlockPointFields(PointFields, Protocol):
