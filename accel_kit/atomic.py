@@ -23,7 +23,7 @@ import shutil
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from accel_kit.errors import OutputError
 
@@ -165,6 +165,6 @@ def write_text_atomic(path: str | os.PathLike, text: str, encoding: str = "utf-8
     write_bytes_atomic(path, text.encode(encoding), what)
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any, what: str = "file") -> None:
+def write_json_atomic(path: str | os.PathLike, data: object, what: str = "file") -> None:
     """Write ``data`` as compact JSON atomically; values JSON lacks (paths, dtypes) become ``str``."""
     write_text_atomic(path, json.dumps(data, default=str), what=what)

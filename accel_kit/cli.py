@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from accel_kit.errors import AccelKitError
+
+if TYPE_CHECKING:
+    from accel_kit.params import StudyParams
+    from accel_kit.systems import System
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -118,7 +122,7 @@ def _cmd_jobscript(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_points(args: argparse.Namespace, params: Any, system: Any, scheduler: str,
+def _job_points(args: argparse.Namespace, params: StudyParams, system: System, scheduler: str,
                 per_node: int) -> tuple[list[str], str]:
     """The lines a job script says of its points (the layouts it runs, those left out, how its wall time was
     derived) and that wall time."""

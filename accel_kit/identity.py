@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Iterable
+from typing import Iterable
 
 import pandas as pd
 
@@ -36,7 +36,7 @@ def key_fields(df: pd.DataFrame) -> list[str]:
     return [f for f in dict.fromkeys(fields) if f in df.columns]
 
 
-def _norm(field: str, value: Any) -> Any:
+def _norm(field: str, value: object) -> object:
     # Missing is None however it was read (NaN, None); a field added after records existed, missing from
     # an older record, holds its default there (engine.point.KEY_DEFAULTS), as the key itself says.
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -66,8 +66,9 @@ def varying(df: pd.DataFrame, among: Iterable[str] | None = None) -> list[str]:
 _WORDS = {"seq_len": "sequence", "micro_batch_size": "micro-batch", "gas": "GAS", "batch_size": "batch"}
 
 
-def config_label(row: Any, fields: Iterable[str]) -> str:
-    """A configuration as a finding names it: ``gpt2-debug, seq len 64``; ``fields``: those to name."""
+def config_label(row: object, fields: Iterable[str]) -> str:
+    """A configuration as a finding names it: ``gpt2-debug, seq len 64``; ``fields``: those to name; ``row``: a
+    frame's row or a mapping (read with ``get``), or an object holding them as attributes (a point)."""
     parts = []
     for f in fields:
         value = _norm(f, row.get(f) if hasattr(row, "get") else getattr(row, f, None))

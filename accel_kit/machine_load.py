@@ -23,9 +23,17 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    import torch
+
+    from accel_kit.devices.power import EnergyMeter, EnergyWindow
+
+# A record's load metrics (``fields``): figures, a flag, and the reason where they are missing.
+LoadFields = dict[str, float | bool | str | None]
 
 # A machine is busy when others (and steal) took, on average over the window, more than a quarter of
 # one logical CPU or a tenth of all of them, whichever is more. On a CPU point, which runs threads on
@@ -114,14 +122,14 @@ def is_busy(taken_s: float, wall_s: float, cpus: int) -> bool:
     return taken_s - uncertainty_s(cpus) > threshold_s
 
 
-def fields(before: Sample, after: Sample, own_s: float | None = None) -> dict[str, Any]:
+def fields(before: Sample, after: Sample, own_s: float | None = None) -> LoadFields:
     """The record's load metrics over the window; ``own_s``: the point's own CPU time over it (every rank of
     the point on this host), by default this process's."""
     own_s = own_delta_s(before, after) if own_s is None else own_s
     wall_s, cpus = after.wall_s - before.wall_s, after.cpus
-    out: dict[str, Any] = {"load_others_cpu_pct": None, "load_steal_pct": None, "machine_busy": None,
-                           "load_avg_1m_before": before.load_1m, "load_avg_1m_after": after.load_1m,
-                           "load_cpu_count": cpus, "load_window_s": wall_s, "load_reason": None}
+    out: LoadFields = {"load_others_cpu_pct": None, "load_steal_pct": None, "machine_busy": None,
+                       "load_avg_1m_before": before.load_1m, "load_avg_1m_after": after.load_1m,
+                       "load_cpu_count": cpus, "load_window_s": wall_s, "load_reason": None}
     if not cpus or wall_s <= 0:
         return out | {"load_reason": "no window or no CPU count to measure the load over"}
     capacity_s = cpus * wall_s
@@ -144,7 +152,7 @@ def fields(before: Sample, after: Sample, own_s: float | None = None) -> dict[st
 class LoadMeter:
     """An energy meter with the machine's load sampled around its window: the same timed trials as the energy's."""
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meter: EnergyMeter) -> None:
         self.meter = meter
         self.before: Sample | None = None
         self.after: Sample | None = None
@@ -156,7 +164,7 @@ class LoadMeter:
     def poll(self) -> None:
         self.meter.poll()
 
-    def stop(self) -> Any:
+    def stop(self) -> EnergyWindow:
         window = self.meter.stop()
         self.after = sample()
         return window
@@ -167,7 +175,8 @@ def host_own_s(owns: list[float], host_of: list[int], host: int) -> float:
     return sum(own for own, h in zip(owns, host_of) if h == host)
 
 
-def point_fields(before: Sample, after: Sample, device: Any, world: int, rank: int, local_rank: int) -> dict:
+def point_fields(before: Sample, after: Sample, device: torch.device, world: int, rank: int,
+                 local_rank: int) -> LoadFields:
     """``fields`` of the point over all its ranks: each host's own time summed over its ranks, then each figure's
     maximum over the hosts (the busiest host is what the record reports; every rank must call this)."""
     own = own_delta_s(before, after)

@@ -9,12 +9,13 @@ one-line ParameterError naming the field.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import ClassVar, Iterable, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject, JSONValue
 from accel_kit.paths import params_dir
 
 from accel_kit.precision import Precision, PrecisionRequest  # noqa: F401  (declared once, re-exported)
@@ -50,7 +51,7 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
-def parse_value(text: str, name: str | None = None) -> Any:
+def parse_value(text: str, name: str | None = None) -> JSONValue:
     """Parse a command-line value as YAML, as papermill does (``'[4]'`` -> [4], ``true`` -> True;
     ``2:4`` stays '2:4', not YAML 1.1's base-60 124). ``name``: the parameter, for the error."""
     try:
@@ -65,7 +66,7 @@ def profiles(study: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
-def load_profile(study: str, profile: str) -> dict[str, Any]:
+def load_profile(study: str, profile: str) -> JSONObject:
     """The flat mapping in ``params/<study>/<profile>.yaml``."""
     path = params_dir() / study / f"{profile}.yaml"
     if not path.is_file():
@@ -77,14 +78,14 @@ def load_profile(study: str, profile: str) -> dict[str, Any]:
     return data
 
 
-def resolve(cls: type[P], study: str, profile: str | None, overrides: dict[str, Any] | None = None) -> P:
+def resolve(cls: type[P], study: str, profile: str | None, overrides: JSONObject | None = None) -> P:
     """Validate the profile merged with ``overrides`` into ``cls``."""
     values = load_profile(study, profile) if profile else {}
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return validate(cls, values, study=study)
 
 
-def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
+def validate(cls: type[P], values: JSONObject, *, study: str) -> P:
     # A single value that the study sweeps as a list (seq_len in the seq_length study) is an error, not ignored.
     for name, instead in cls.REPLACED_BY.items():
         if values.get(name) is not None:
@@ -103,7 +104,7 @@ def validate(cls: type[P], values: dict[str, Any], *, study: str) -> P:
         raise ParameterError(one_line(exc, values, fields=cls.model_fields)) from None
 
 
-def one_line(exc: ValidationError, values: dict[str, Any], *, fields: Any = ()) -> str:
+def one_line(exc: ValidationError, values: JSONObject, *, fields: Iterable[str] = ()) -> str:
     """A pydantic error as one line naming the parameter: ``parameter 'seq_len': ... (given 0)``.
 
     An error of the whole model (a validator over two fields, e.g. hidden_size and n_heads) has

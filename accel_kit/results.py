@@ -33,13 +33,17 @@ import uuid
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, get_args
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, get_args
 
 import pandas as pd
 
 from accel_kit import SCHEMA_VERSION, __version__
 from accel_kit.errors import DataError
+from accel_kit.json_types import JSONObject, JSONValue
 from accel_kit.mesh import LAYOUT_DEFAULTS, mesh_label
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
 
 #: A point's outcome, the one status type of records and of the engine's results (``accel_kit.engine.result``).
 Status = Literal["ok", "oom", "error", "unsupported", "skipped"]
@@ -61,15 +65,15 @@ class Record:
     kind: str
     system: str
     status: Status
-    params: dict[str, Any]
+    params: JSONObject
     run_id: str
     device: str | None = None
     model: str | None = None
     reason: str | None = None
-    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)  # names declared in accel_kit.metrics
+    metrics: JSONObject = dataclasses.field(default_factory=dict)  # names declared in accel_kit.metrics
     times_s: list[float] = dataclasses.field(default_factory=list)
     warmup_times_s: list[float] = dataclasses.field(default_factory=list)
-    env: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env: JSONObject = dataclasses.field(default_factory=dict)
     traceback: str | None = None
     schema_version: int = SCHEMA_VERSION
     record_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
@@ -82,23 +86,23 @@ class Record:
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a record with status {self.status!r} needs a reason")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The record's JSON object, in the order a records file has always written it."""
         return {name: getattr(self, name) for name in RECORD_FIELDS}
 
     # Read by field name too, as the line of its records file reads (``engine.result.Result``'s way): a notebook's
     # ``run.records[0]["metrics"]``. Read only: a record is frozen; the package itself reads its fields.
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> JSONValue:
         if name not in RECORD_FIELDS:
             raise KeyError(name)
         return getattr(self, name)
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: JSONValue = None) -> JSONValue:
         value = getattr(self, name, None) if name in RECORD_FIELDS else None
         return default if value is None else value
 
     @classmethod
-    def from_dict(cls, record: dict[str, Any]) -> "Record":
+    def from_dict(cls, record: JSONObject) -> "Record":
         """A line read back (any schema, ``upgrade``), typed; ValueError or TypeError where it is no record."""
         return cls(**{k: v for k, v in upgrade(record).items() if k in RECORD_FIELDS})
 
@@ -108,10 +112,10 @@ RECORD_FIELDS = ("schema_version", "record_id", "run_id", "timestamp", "study", 
                  "status", "reason", "params", "metrics", "times_s", "warmup_times_s", "env", "traceback")
 
 
-def make_record(*, study: str, system: str, status: Status, params: dict[str, Any], run_id: str,
+def make_record(*, study: str, system: str, status: Status, params: JSONObject, run_id: str,
                 kind: str | None = None, device: str | None = None, model: str | None = None, reason: str | None = None,
-                metrics: dict[str, Any] | None = None, times_s: list[float] | None = None,
-                warmup_times_s: list[float] | None = None, env: dict[str, Any] | None = None,
+                metrics: JSONObject | None = None, times_s: list[float] | None = None,
+                warmup_times_s: list[float] | None = None, env: JSONObject | None = None,
                 traceback: str | None = None) -> Record:
     """Build one record. ``status`` other than ok needs a ``reason``;
     ``traceback`` keeps the full story.
@@ -187,7 +191,7 @@ def _with_layout(record: dict) -> dict:
     return dict(record, params=missing | params, metrics=metrics)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: JSONValue) -> JSONValue:
     # JSON has no NaN/inf; a non-finite metric is "not measured", i.e. null.
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -386,12 +390,12 @@ def latest(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @functools.lru_cache(maxsize=1)
-def git_commit() -> dict[str, Any]:
+def git_commit() -> JSONObject:
     """The commit of the accel-kit checkout (and whether it has uncommitted changes)."""
     return git_state(Path(__file__).resolve().parent.parent)
 
 
-def git_state(repo: Path) -> dict[str, Any]:
+def git_state(repo: Path) -> JSONObject:
     """``repo``'s commit and whether its tracked files changed, read without writing to the repository."""
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
@@ -405,11 +409,11 @@ def git_state(repo: Path) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def environment(adapter=None) -> dict[str, Any]:
+def environment(adapter: BaseAdapter | None = None) -> JSONObject:
     """Software and hardware provenance for records."""
     import torch
 
-    env: dict[str, Any] = {
+    env: JSONObject = {
         "accel_kit": __version__,
         "python": platform.python_version(),
         "torch": torch.__version__,

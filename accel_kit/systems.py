@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from accel_kit.devices import DeviceAdapter, get_adapter
 from accel_kit.errors import ParameterError, UnavailableError
+from accel_kit.json_types import JSONObject
 from accel_kit.params import Precision, PrecisionRequest
 from accel_kit.paths import params_dir
 
@@ -47,7 +48,7 @@ class System(BaseModel):
     seq_len: PositiveInt = 1024
     device_memory_gib: PositiveFloat | None = None  # one device's memory (what-if fit checks)
     interconnect: Interconnect | None = None  # datasheet link figures (what-if communication)
-    options: dict[str, Any] = {}  # the adapter's own settings (its ``configure`` validates them)
+    options: JSONObject = {}  # the adapter's own settings (its ``configure`` validates them)
     # How `accel-kit jobscript` runs studies on it, the default first: batch schedulers, or a Cerebras
     # cluster's appliance (launch.SCHEDULERS).
     schedulers: list[Literal["pbs", "slurm", "appliance"]] = Field(default=["pbs", "slurm"], min_length=1)

@@ -13,10 +13,32 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 # A point whose trials vary more than this (coefficient of variation) is flagged noisy.
 DEFAULT_NOISY_CV = 0.05
+
+
+class EnergyMeter(Protocol):
+    """What ``measure`` calls of an energy meter around its timed trials (``accel_kit.devices.power.EnergyMeter``,
+    whose ``stop`` returns an ``EnergyWindow``: this leaf module names no device type)."""
+
+    def start(self) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def stop(self) -> object: ...
+
+
+class EventSource(Protocol):
+    """What a ``Timeline`` reads of a device adapter (``accel_kit.devices.base.BaseAdapter`` is one)."""
+
+    def synchronize(self) -> None: ...
+
+    def timing_event(self) -> torch.Event | None: ...
 
 
 # The latency percentiles every kind of inference point records (generation's TTFT and TPOT, serving's
@@ -50,7 +72,7 @@ class Timing:
     times_s: list[float]
     warmup_times_s: list[float] = field(default_factory=list)
     noisy_cv: float = DEFAULT_NOISY_CV
-    energy: Any = None  # the meter's reading over the timed trials (accel_kit.devices.power.EnergyWindow)
+    energy: object = None  # the meter's reading over the timed trials (accel_kit.devices.power.EnergyWindow)
 
     def __post_init__(self) -> None:
         if not self.times_s:
@@ -142,15 +164,15 @@ class Timeline:
     operation before returning) gives None for ``new_event``: each mark then reads the host clock.
     """
 
-    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], Any] | None = None,
+    def __init__(self, synchronize: Callable[[], None], new_event: Callable[[], torch.Event] | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         self.synchronize = synchronize
         self.new_event = new_event
         self.clock = clock
-        self.marks: list[Any] = []
+        self.marks: list[float | torch.Event] = []
 
     @classmethod
-    def of(cls, adapter: Any) -> "Timeline":
+    def of(cls, adapter: EventSource) -> "Timeline":
         """A timeline on the device adapter's events, or on the host clock where it has none."""
         return cls(adapter.synchronize, adapter.timing_event if adapter.timing_event() is not None else None)
 
@@ -204,7 +226,7 @@ def _check_budget(times_s: list[float], iterations: int, budget_s: float, *, las
 def measure(fn: Callable[[], object], synchronize: Callable[[], None], *,
             warmup: int = 2, trials: int = 5, noisy_cv: float = DEFAULT_NOISY_CV,
             on_trial: Callable[[int, float], None] | None = None,
-            budget_s: float | None = None, extra_iterations: int = 0, meter: Any = None) -> Timing:
+            budget_s: float | None = None, extra_iterations: int = 0, meter: EnergyMeter | None = None) -> Timing:
     """Time ``fn`` (one iteration of the work) ``trials`` times after ``warmup`` untimed-for-results runs.
 
     Args:

@@ -13,7 +13,8 @@ main CLI to print.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from accel_kit.json_types import JSONObject
 
 
 def _number(text: str, kind: type) -> float | int:
@@ -67,7 +68,7 @@ def _output_folder(out: str) -> None:
     writable_dir(Path(out).absolute().parent, f"--out {out!r}: its folder")
 
 
-def _summary(meta: dict[str, Any], out: str) -> str:
+def _summary(meta: JSONObject, out: str) -> str:
     splits = meta["splits"]
     unit = "records" if meta["kind"] == "fasta" else "documents"
     status = "reused" if meta.get("reused") else "wrote"

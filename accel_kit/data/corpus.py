@@ -30,9 +30,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from accel_kit.atomic import write_bytes_atomic
+from accel_kit.json_types import JSONObject
 
 DEFAULT_CORPUS_NAME = "pydoc_topics.jsonl"
 
@@ -68,7 +68,7 @@ def default_text_corpus(directory: str | os.PathLike) -> Path:
     return path
 
 
-def prepare_default_text(out_dir: str | os.PathLike, **options: Any) -> dict[str, Any]:
+def prepare_default_text(out_dir: str | os.PathLike, **options: object) -> JSONObject:
     """Prepare the embedded corpus into ``out_dir`` (the corpus file is kept beside it).
 
     Args:

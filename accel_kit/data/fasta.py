@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from accel_kit.data.store import (
     hash_options, token_dtype, write_meta,
 )
 from accel_kit.errors import DataError, ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.tokenizers import CodonTokenizer, load_tokenizer
 
 FASTA_SUFFIXES = (".fasta", ".fa", ".fna", ".ffn", ".fas", ".fsa", ".seq")
@@ -117,7 +118,7 @@ def record_tokens(tokenizer: CodonTokenizer, sequence: bytes, block_size: int | 
 
 def prepare_fasta(inputs: Sequence[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike,
                   tokenizer: str = "codon-71", block_size: int | None = None,
-                  val_fraction: float = 0.0005, progress: bool = True) -> dict[str, Any]:
+                  val_fraction: float = 0.0005, progress: bool = True) -> JSONObject:
     """Tokenize FASTA records into ``out_dir/{train,val}.bin`` + ``meta.json``.
 
     Same output format, atomic write and reuse rule as :func:`accel_kit.data.prepare_text`;

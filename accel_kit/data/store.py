@@ -28,12 +28,13 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from accel_kit.atomic import fsync_dir, fsync_path, partial_path, remove_stale_partials
 from accel_kit.errors import DataError
+from accel_kit.json_types import JSONObject
 
 #: Version of the folder format; part of the options hash, so bumping it invalidates caches.
 FORMAT_VERSION = 1
@@ -67,7 +68,7 @@ def hash_inputs(files: Sequence[tuple[str, Path]]) -> str:
     return digest.hexdigest()
 
 
-def hash_options(options: dict[str, Any]) -> str:
+def hash_options(options: JSONObject) -> str:
     """sha256 of the canonical JSON of the options that change the output."""
     return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
 
@@ -76,7 +77,7 @@ def hash_options(options: dict[str, Any]) -> str:
 # Reading meta / reuse
 
 
-def read_meta(out_dir: str | os.PathLike) -> dict[str, Any]:
+def read_meta(out_dir: str | os.PathLike) -> JSONObject:
     """Read and check the meta.json of a prepared folder.
 
     Raises:
@@ -104,7 +105,7 @@ def tokenizer_of(data_path: str | os.PathLike | None) -> str | None:
     return None if data_path is None else read_meta(data_path)["tokenizer"]
 
 
-def _try_read_meta(out_dir: Path) -> dict[str, Any] | None:
+def _try_read_meta(out_dir: Path) -> JSONObject | None:
     """meta.json as a dict if it exists and is ours, else None."""
     try:
         meta = json.loads((out_dir / "meta.json").read_text(encoding="utf-8"))
@@ -115,7 +116,7 @@ def _try_read_meta(out_dir: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _check_bins(out_dir: Path, meta: dict[str, Any]) -> str | None:
+def _check_bins(out_dir: Path, meta: JSONObject) -> str | None:
     """A one-line problem if a split's .bin is missing or of the wrong size, else None."""
     try:
         itemsize = np.dtype(meta["dtype"]).itemsize
@@ -133,7 +134,7 @@ def _check_bins(out_dir: Path, meta: dict[str, Any]) -> str | None:
     return None
 
 
-def find_reusable(out_dir: Path, inputs_sha256: str, options_sha256: str) -> dict[str, Any] | None:
+def find_reusable(out_dir: Path, inputs_sha256: str, options_sha256: str) -> JSONObject | None:
     """The meta of ``out_dir`` if it was prepared from the same inputs and options, else None."""
     meta = _try_read_meta(out_dir)
     if meta is None or meta.get("inputs_sha256") != inputs_sha256 \
@@ -308,8 +309,8 @@ class SplitWriter:
 
 
 def build_meta(*, kind: str, tokenizer, dtype: np.dtype, layout: str, block_size: int | None,
-               writer: SplitWriter, inputs: Iterable[dict[str, Any]], inputs_sha256: str,
-               options: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+               writer: SplitWriter, inputs: Iterable[JSONObject], inputs_sha256: str,
+               options: JSONObject, extra: JSONObject | None = None) -> JSONObject:
     """The meta.json contents of a prepared folder.
 
     Fields: ``format``, ``format_version``, ``kind`` (text / fasta), ``accel_kit_version``,
@@ -320,7 +321,7 @@ def build_meta(*, kind: str, tokenizer, dtype: np.dtype, layout: str, block_size
     """
     from accel_kit import __version__
 
-    meta: dict[str, Any] = {
+    meta: JSONObject = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "kind": kind,
@@ -346,6 +347,6 @@ def build_meta(*, kind: str, tokenizer, dtype: np.dtype, layout: str, block_size
     return meta
 
 
-def write_meta(folder: Path, meta: dict[str, Any]) -> None:
+def write_meta(folder: Path, meta: JSONObject) -> None:
     """Write meta.json (pretty-printed, so people can read it)."""
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

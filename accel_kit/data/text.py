@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from accel_kit.data.store import (
     hash_options, token_dtype, write_meta,
 )
 from accel_kit.errors import DataError, ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.tokenizers import load_tokenizer
 from accel_kit.tokenizers.files import FileTokenizer
 from accel_kit.tokenizers.gpt2 import CUT_AFTER_CHARS as GPT2_CUT_AFTER
@@ -307,7 +308,7 @@ def _write_runs(writer: SplitWriter, batch: list[Piece], tokens: np.ndarray, sta
 def prepare_text(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
                  tokenizer: str | os.PathLike = "gpt2",
                  val_fraction: float = 0.0005, num_workers: int | None = None,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True) -> JSONObject:
     """Tokenize a text corpus into ``out_dir/{train,val}.bin`` + ``meta.json``.
 
     If ``out_dir`` already holds the output of the same inputs (names and contents) and

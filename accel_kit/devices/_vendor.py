@@ -12,11 +12,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -59,7 +60,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def parse_options(adapter: str, model: type[T], options: dict[str, Any], *, given_in: str | None = None) -> T:
+def parse_options(adapter: str, model: type[T], options: JSONObject, *, given_in: str | None = None) -> T:
     """The system YAML's ``options`` as ``model``, or a one-line ParameterError naming the option
     (``given_in``: where options come from, when not from the YAML alone)."""
     try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -30,6 +30,7 @@ from torch import nn
 from accel_kit.devices._vendor import parse_options
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport
 from accel_kit.errors import UnavailableError
+from accel_kit.json_types import JSONObject
 
 # Where no collective is registered for a device type, torch.distributed's host backend still works
 # (tensors go through host memory), so a point runs, slower, rather than not at all.
@@ -91,7 +92,7 @@ class AcceleratorAdapter(BaseAdapter):
     name = "accelerator"
     device_type: str | None = None  # a subclass for one backend pins it (cuda)
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         self.options = parse_options(self.name, AcceleratorOptions, options)
         self.device_type = self.options.device_type
 
@@ -137,7 +138,7 @@ class AcceleratorAdapter(BaseAdapter):
         # against 18.8 eager for Llama 3.1 8B (docs/benchmarks.md); elsewhere compiling buys little for its minutes
         return "reduce-overhead" if self.backend() == "cuda" else None
 
-    def timing_event(self) -> Any:
+    def timing_event(self) -> torch.Event | None:
         # torch's device-generic event: CUDA's, ROCm's (HIP behind torch.cuda) and XPU's alike
         return torch.Event(device=self.backend(), enable_timing=True)
 
@@ -167,7 +168,7 @@ class AcceleratorAdapter(BaseAdapter):
             return False, f"a {precision} product does not run on {kind}: {str(exc).splitlines()[0] if str(exc) else exc}"
         return True, f"{precision} products run on {kind} (speed: see the measured matmul peak)"
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         return {"fp32_matmul_precision": torch.get_float32_matmul_precision()}
 
     # --- memory: torch.accelerator's allocator statistics, None where a backend keeps none
@@ -229,7 +230,7 @@ class AcceleratorAdapter(BaseAdapter):
         if isinstance(getattr(torch.version, kind, None), str):  # torch.version.xpu, ...: the backend's toolkit
             versions[kind] = getattr(torch.version, kind)
         total = self.total_memory_bytes()
-        extra: dict[str, Any] = {
+        extra: JSONObject = {
             "device_type": kind,
             "collective": self.distributed_backend(),
             "autocast": autocast_available(kind),

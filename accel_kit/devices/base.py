@@ -16,7 +16,7 @@ engine's (``accel_kit.engine.eager``), which an adapter replaces through one hoo
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import nn
@@ -24,13 +24,22 @@ from torch import nn
 from accel_kit.devices.power import EnergyMeter, UnavailableMeter
 from accel_kit.devices.types import (  # noqa: F401  (re-exported: adapters import them from here)
     Availability,
+    Batches,
+    BlockPointFields,
+    BlockStep,
     DeviceDescription,
+    EagerRuntime,
     JobLaunch,
     Placement,
+    PointFields,
+    PointSparsity,
+    PointTrainer,
     PrecisionChoice,
     PrecisionSupport,
+    TrainPointFields,
 )
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.precision import DTYPES, LOW_PRECISIONS, PRECISIONS, dtype_of  # noqa: F401  (re-exported)
 
 
@@ -46,7 +55,7 @@ class BaseAdapter:
         """Can this backend run on this machine? Never raises."""
         return Availability(False, "BaseAdapter is abstract")
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         """Take the system YAML's ``options`` (vendor settings: a cluster address, a mode); reject unknown ones."""
         if options:
             raise ParameterError(f"adapter {self.name!r} takes no options; got {', '.join(sorted(options))}")
@@ -67,7 +76,7 @@ class BaseAdapter:
         where the device replays a captured graph (CUDA graphs), else None (inductor's default)."""
         return None
 
-    def timing_event(self) -> Any:
+    def timing_event(self) -> torch.Event | None:
         """A new timing event of the current stream (``torch.cuda.Event(enable_timing=True)``'s kind), for a
         ``timing.Timeline`` that reads steps without stalling the device; None where the device has none
         (the host's clock is then right: a CPU finishes each operation before returning)."""
@@ -113,7 +122,7 @@ class BaseAdapter:
             skipped.append(f"{low} skipped: {support.reason}")
         return PrecisionChoice("auto", "fp32", "auto: fp32 (" + "; ".join(skipped or ["no lower precision"]) + ")")
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         """Settings that change numerics or speed of matmuls (e.g. TF32), for provenance."""
         return {}
 
@@ -167,7 +176,7 @@ class BaseAdapter:
         an accelerator, whatever torch device its client process holds."""
         return False
 
-    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+    def deepspeed_settings(self) -> tuple[dict[str, str], JSONObject]:
         """(environment variables, optimizer params) DeepSpeed needs on this device."""
         return {}, {}
 
@@ -203,7 +212,7 @@ class BaseAdapter:
     # a vendor whose model differs (a compiled graph, a session per step, a host-driven device loop)
     # returns its own from programming_model and nothing else changes.
 
-    def programming_model(self, eager: Any) -> Any:
+    def programming_model(self, eager: EagerRuntime) -> EagerRuntime:
         """What builds and steps a point here: ``eager`` (the engine's eager-PyTorch default, an
         ``accel_kit.engine.eager.EagerModel``) or a vendor's ``ProgrammingModel`` over ``eager``, which
         answers every method of ``eager`` (``prepare_model``, ``make_sparsity``, ``make_trainer``,
@@ -211,7 +220,7 @@ class BaseAdapter:
         differently."""
         return eager
 
-    def unsupported(self, kind: str, point: Any) -> str | None:
+    def unsupported(self, kind: str, point: PointFields) -> str | None:
         """Why the point ``point`` of kind ``kind`` cannot run on this programming model (recorded as
         ``unsupported``); None if it can. It asks the adapter's ``unsupported_<kind>(point)`` where it has
         one (``unsupported_train``: a training point's engine, device count, precision...;
@@ -243,13 +252,13 @@ class BaseAdapter:
         point's layout itself: its ``unsupported_train`` (``unsupported("train", point)``) then answers ``tp``, ``pp`` and ``engine``."""
         return True
 
-    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+    def attention_kernel(self, point: TrainPointFields) -> dict[str, str | None] | None:
         """The attention-kernel fields of a record where torch's SDPA dispatch does not decide them; None: probe it."""
         return None
 
     # --- how a point's processes start
 
-    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+    def launch_prefix(self, point: PointFields, launcher: str) -> list[str]:
         """Words put before a point's worker command (a vendor's process launcher); [] for none."""
         return []
 
@@ -280,16 +289,16 @@ class ProgrammingModel:
     instead of importing the engine.
     """
 
-    def __init__(self, adapter: BaseAdapter, eager: Any):
+    def __init__(self, adapter: BaseAdapter, eager: EagerRuntime):
         self.adapter, self.eager = adapter, eager
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         # Only for names this class and its subclass lack: a kind's method that the vendor does not override.
         if name in ("adapter", "eager"):  # (not set yet: unpickling, copying)
             raise AttributeError(name)
         return getattr(self.eager, name)
 
-    def build_model(self, point: Any, device: torch.device, **overrides: Any) -> nn.Module:
+    def build_model(self, point: TrainPointFields, device: torch.device, **overrides: object) -> nn.Module:
         """The point's freshly built fp32 model (seed the generator first), whole, on ``device``: a vendor's
         toolchain takes the model as it is built."""
         from accel_kit.models import build_model
@@ -297,19 +306,20 @@ class ProgrammingModel:
         return build_model(point.preset, activation_checkpointing=point.activation_checkpointing, device=device,
                            **overrides)
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPointFields, device: torch.device) -> nn.Module:
         """The freshly built fp32 model, placed and cast as this device trains it."""
         return self.eager.prepare_model(model, point, device)
 
-    def make_sparsity(self, model: nn.Module, point: Any, device: torch.device) -> Any:
+    def make_sparsity(self, model: nn.Module, point: TrainPointFields, device: torch.device) -> PointSparsity:
         """The object that prunes ``model`` for ``point.sparsity`` and keeps its masks through training."""
         return self.eager.make_sparsity(model, point, device)
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
+    def make_trainer(self, point: TrainPointFields, model: nn.Module, batches: Batches, device: torch.device,
+                     world: int, *, after_step: Callable[[], None] | None = None) -> PointTrainer:
         """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss."""
         return self.eager.make_trainer(point, model, batches, device, world, after_step=after_step)
 
-    def make_block_step(self, point: Any, module: nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None) -> Any:
+    def make_block_step(self, point: BlockPointFields, module: nn.Module, x: torch.Tensor,
+                        grad_out: torch.Tensor | None) -> BlockStep:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable."""
         return self.eager.make_block_step(point, module, x, grad_out)

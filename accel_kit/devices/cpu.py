@@ -6,13 +6,14 @@ import platform
 import resource
 import sys
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import psutil
 import torch
 
 from accel_kit.devices import probe
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport, dtype_of
+from accel_kit.json_types import JSONObject
 
 
 def _cores() -> int:
@@ -251,7 +252,7 @@ class CPUAdapter(BaseAdapter):
         # a job asking 8 tasks of a 2-core node waits in the queue forever (Slurm's PartitionConfig).
         return JobLaunch(devices_per_node=_cores())
 
-    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+    def deepspeed_settings(self) -> tuple[dict[str, str], JSONObject]:
         # DeepSpeed's CPU accelerator, and plain torch AdamW instead of a 45 s JIT build of its CPU Adam.
         return {"DS_ACCELERATOR": "cpu"}, {"torch_adam": True}
 
@@ -305,7 +306,7 @@ class CPUAdapter(BaseAdapter):
             },
         )
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         return {"fp32_matmul_precision": torch.get_float32_matmul_precision()}
 
     def set_tf32(self, enabled: bool) -> None:

@@ -7,12 +7,11 @@ TF32, NVML energy and the 2:4 sparse tensor-core kernels.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from accel_kit.devices.accelerator import AcceleratorAdapter
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, PrecisionSupport
+from accel_kit.json_types import JSONObject
 
 # torch's 2:4 semi-structured sparse kernels need Ampere (8.0) or newer.
 SEMI_STRUCTURED_MIN_CC = (8, 0)
@@ -94,7 +93,7 @@ class CUDAAdapter(AcceleratorAdapter):
             },
         )
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         return {
             "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
             "tf32_cudnn": torch.backends.cudnn.allow_tf32,

@@ -36,7 +36,7 @@ calls against small recording stand-ins of ``poptorch``: the order, not the hard
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Callable
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
@@ -45,6 +45,8 @@ from torch import nn
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
 from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement,
                                     PrecisionSupport, ProgrammingModel)
+from accel_kit.devices.types import Batches, BlockPointFields, EagerRuntime, PointFields, PointTrainer, TrainPointFields
+from accel_kit.json_types import JSONObject
 
 SOURCE = "Graphcore's Poplar SDK (the poptorch wheel in the SDK download)"
 COMPILED_ATTENTION = {
@@ -74,7 +76,7 @@ class PopTorchAdapter(BaseAdapter):
     def __init__(self) -> None:
         self.options = PopTorchOptions()
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         self.options = parse_options(self.name, PopTorchOptions, options)
 
     def availability(self) -> Availability:
@@ -134,7 +136,7 @@ class PopTorchAdapter(BaseAdapter):
     def engine_layouts(self) -> bool:
         return False  # PopTorch replicates and pipelines the compiled program itself
 
-    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+    def attention_kernel(self, point: TrainPointFields) -> dict[str, str | None] | None:
         return dict(COMPILED_ATTENTION)
 
     def layers_per_ipu(self, n_layers: int, ipus: int | None = None) -> list[int]:
@@ -161,18 +163,18 @@ class PopTorchAdapter(BaseAdapter):
             return 1
         return 2 + len(self.stage_starts(n_layers, ipus))
 
-    def programming_model(self, eager: Any) -> Any:
+    def programming_model(self, eager: EagerRuntime) -> EagerRuntime:
         return PopTorchModel(self, eager)
 
-    def unsupported_block(self, point: Any) -> str | None:
+    def unsupported_block(self, point: BlockPointFields) -> str | None:
         return ("the microbenchmark times one block with eager PyTorch on a torch device; an IPU has none "
                 "(PopTorch compiles whole models), and one block on a "
                 f"{self.options.ipus_per_replica}-IPU pipeline has nothing to pipeline")
 
-    def unsupported_peak(self, point: Any) -> str | None:
+    def unsupported_peak(self, point: PointFields) -> str | None:
         return "the matmul peak is timed with torch.mm on a torch device; PopTorch has no eager device to time it on"
 
-    def unsupported_train(self, point: Any) -> str | None:
+    def unsupported_train(self, point: TrainPointFields) -> str | None:
         k = point.pp  # IPUs a replica pipelines over (the system's ipus_per_replica where the point asked none)
         if point.devices % k:
             return f"{point.devices} IPUs: a point needs a multiple of {k} (pp, one pipelined replica)"
@@ -204,7 +206,7 @@ class PopTorchAdapter(BaseAdapter):
                     f"to fill it, got gas {point.gas} (the paper used 128 and 1024)")
         return None
 
-    def launch_prefix(self, point: Any, launcher: str) -> list[str]:
+    def launch_prefix(self, point: PointFields, launcher: str) -> list[str]:
         # poprun attaches the point's devices as replicas: a point that spans no devices (a block, a
         # peak: unsupported on IPUs, recorded so by a plain worker) or that cannot run here gets none.
         if not self.options.poprun or launcher != "local" or getattr(point, "devices", None) is None \
@@ -235,7 +237,7 @@ class PopTorchModel(ProgrammingModel):
 
     adapter: PopTorchAdapter
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPointFields, device: torch.device) -> nn.Module:
         import poptorch
 
         from accel_kit.models import family_of_model
@@ -261,8 +263,8 @@ class PopTorchModel(ProgrammingModel):
             setattr(model, head, poptorch.BeginBlock(getattr(model, head), head, ipu_id=0))
         return LossOnly(model)
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
+    def make_trainer(self, point: TrainPointFields, model: nn.Module, batches: Batches, device: torch.device,
+                     world: int, *, after_step: Callable[[], None] | None = None) -> PointTrainer:
         import poptorch
 
         # The data-parallel replicas and steps per call the point was made with (its pp IPUs each).
@@ -307,7 +309,7 @@ class PopTorchTrainer:
     """
 
     def __init__(self, poptorch, point, model: nn.Module, batches, options: PopTorchOptions, placement: Placement,
-                 eager: Any):
+                 eager: EagerRuntime):
         self.poptorch, self.batches, self.eager = poptorch, batches, eager
         self.gas, self.replicas, self.iterations = point.gas, placement.replicas, placement.steps_per_call
         self.micro_batches_per_call = point.gas * placement.replicas * placement.steps_per_call

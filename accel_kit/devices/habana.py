@@ -32,7 +32,7 @@ import functools
 import os
 import sys
 from dataclasses import replace
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -41,7 +41,9 @@ from torch import nn
 from accel_kit.devices._vendor import first_line, missing, missing_reason, package_version, parse_options
 from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, PrecisionSupport,
                                     ProgrammingModel)
+from accel_kit.devices.types import Batches, EagerRuntime, PointTrainer, TrainPointFields
 from accel_kit.errors import UnavailableError
+from accel_kit.json_types import JSONObject
 from accel_kit.precision import PrecisionSpec
 
 BRIDGE = "habana_frameworks.torch"
@@ -85,7 +87,7 @@ class HabanaAdapter(BaseAdapter):
         self.options = HabanaOptions()
         self._htcore = None
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         self.options = parse_options(self.name, HabanaOptions, options)
 
     def execution_mode(self) -> tuple[str, str]:
@@ -168,7 +170,7 @@ class HabanaAdapter(BaseAdapter):
 
         return "hccl"
 
-    def deepspeed_settings(self) -> tuple[dict[str, str], dict[str, Any]]:
+    def deepspeed_settings(self) -> tuple[dict[str, str], JSONObject]:
         return {"DS_ACCELERATOR": "hpu"}, {}
 
     def energy_meter(self, index: int = 0):
@@ -192,16 +194,16 @@ class HabanaAdapter(BaseAdapter):
                                         "execution_mode_reason": self.execution_mode()[1],
                                         "total_memory_gib": round(limit / 2**30, 2) if limit else None})
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         mode, why = self.execution_mode()
         return {"execution_mode": mode, "execution_mode_reason": why}
 
     # --- the programming model
 
-    def programming_model(self, eager: Any) -> Any:
+    def programming_model(self, eager: EagerRuntime) -> EagerRuntime:
         return GaudiModel(self, eager)
 
-    def unsupported_train(self, point: Any) -> str | None:
+    def unsupported_train(self, point: TrainPointFields) -> str | None:
         # The block and the matmul peak run as eager PyTorch on the hpu device (the defaults).
         if point.precision == "fp16":
             return ("fp16 training on Gaudi is not written here: Habana's documented mixed precision is bf16 "
@@ -237,16 +239,16 @@ class GaudiModel(ProgrammingModel):
 
     adapter: HabanaAdapter
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPointFields, device: torch.device) -> nn.Module:
         return model.to(device)  # fp32 weights: bf16 comes from autocast (DeepSpeed applies its own mode)
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
+    def make_trainer(self, point: TrainPointFields, model: nn.Module, batches: Batches, device: torch.device,
+                     world: int, *, after_step: Callable[[], None] | None = None) -> PointTrainer:
         return self.eager.make_trainer(point, model, batches, device, world, after_step=after_step,
                                        trainer=self._trainer, compile_backend="hpu_backend",
                                        graph_break=self.adapter.mark_step)
 
-    def _trainer(self, *args: Any, **kwargs: Any) -> Any:
+    def _trainer(self, *args: object, **kwargs: object) -> PointTrainer:
         # Imported here, not in make_trainer: a DeepSpeed point uses DeepSpeed's optimizer instead.
         from habana_frameworks.torch.hpex.normalization import FusedClipNorm
         from habana_frameworks.torch.hpex.optimizers import FusedAdamW
@@ -276,7 +278,7 @@ def habana_trainer(trainer: type, param_groups: Callable[..., list[dict]]) -> ty
             adamw, clip_norm: Habana's ``FusedAdamW`` and ``FusedClipNorm`` classes.
         """
 
-        def __init__(self, *args: Any, adamw: Any, clip_norm: Any, **kwargs: Any):
+        def __init__(self, *args: object, adamw: type[torch.optim.Optimizer], clip_norm: type, **kwargs: object):
             self._adamw = adamw
             super().__init__(*args, **kwargs)
             self.clip = clip_norm(self.params, self.optim_cfg.grad_clip) if self.optim_cfg.grad_clip > 0 else None
@@ -284,11 +286,11 @@ def habana_trainer(trainer: type, param_groups: Callable[..., list[dict]]) -> ty
         def precision_spec(self, precision: str) -> PrecisionSpec:
             return gaudi_precision(super().precision_spec(precision))
 
-        def make_optimizer(self, params: Any) -> Any:
+        def make_optimizer(self, params: nn.Module | list[torch.Tensor]) -> torch.optim.Optimizer:
             cfg = self.optim_cfg
             return self._adamw(param_groups(params, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
 
-        def autocast(self, dtype: torch.dtype) -> Any:
+        def autocast(self, dtype: torch.dtype) -> torch.autocast:
             # Forward and loss under autocast, backward outside it (Habana's autocast guide; the engine's
             # step runs the backward outside it too).
             return torch.autocast(device_type="hpu", dtype=dtype)

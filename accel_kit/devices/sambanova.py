@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -49,6 +49,8 @@ from torch import nn
 from accel_kit.devices._vendor import first_line, missing, missing_reason, parse_options
 from accel_kit.devices.base import (Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement,
                                     PrecisionSupport, ProgrammingModel)
+from accel_kit.devices.types import Batches, BlockPointFields, EagerRuntime, PointFields, PointTrainer, TrainPointFields
+from accel_kit.json_types import JSONObject
 
 SOURCE = "SambaNova's SambaFlow (installed with the SambaNova software stack, under /opt/sambaflow)"
 TILES_PER_RDU = 8  # docs/study.md, Table I
@@ -76,7 +78,7 @@ class SambaFlowAdapter(BaseAdapter):
     def __init__(self) -> None:
         self.options = SambaFlowOptions()
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         self.options = parse_options(self.name, SambaFlowOptions, options)
 
     def availability(self) -> Availability:
@@ -125,23 +127,23 @@ class SambaFlowAdapter(BaseAdapter):
         instances = devices * self.instances_per_rdu
         return Placement(processes=instances, replicas=instances)
 
-    def attention_kernel(self, point: Any) -> dict[str, Any] | None:
+    def attention_kernel(self, point: TrainPointFields) -> dict[str, str | None] | None:
         return dict(COMPILED_ATTENTION)
 
-    def programming_model(self, eager: Any) -> Any:
+    def programming_model(self, eager: EagerRuntime) -> EagerRuntime:
         return SambaFlowModel(self, eager)
 
-    def unsupported_block(self, point: Any) -> str | None:
+    def unsupported_block(self, point: BlockPointFields) -> str | None:
         return ("the microbenchmark times one block with eager PyTorch on a torch device; on SN30 a block needs "
                 "a PEF of its own and a session.run per pass, a path not written here")
 
-    def unsupported_peak(self, point: Any) -> str | None:
+    def unsupported_peak(self, point: PointFields) -> str | None:
         return "the matmul peak is timed with torch.mm on a torch device; an RDU runs compiled PEFs only"
 
     def engine_layouts(self) -> bool:
         return False  # SambaFlow compiles the model into a PEF and places it over the RDU's tiles itself
 
-    def unsupported_train(self, point: Any) -> str | None:
+    def unsupported_train(self, point: TrainPointFields) -> str | None:
         if point.engine == "fsdp":
             return ("FSDP shards with torch.distributed collectives in eager PyTorch; SambaFlow runs a compiled PEF "
                     "per instance, data parallel over MPI")
@@ -195,13 +197,13 @@ class SambaFlowModel(ProgrammingModel):
 
     adapter: SambaFlowAdapter
 
-    def prepare_model(self, model: nn.Module, point: Any, device: torch.device) -> nn.Module:
+    def prepare_model(self, model: nn.Module, point: TrainPointFields, device: torch.device) -> nn.Module:
         from sambaflow import samba
 
         return samba_model(samba, model)
 
-    def make_trainer(self, point: Any, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None) -> Any:
+    def make_trainer(self, point: TrainPointFields, model: nn.Module, batches: Batches, device: torch.device,
+                     world: int, *, after_step: Callable[[], None] | None = None) -> PointTrainer:
         from sambaflow import samba
         from sambaflow.samba import utils
 
@@ -226,7 +228,7 @@ def samba_model(samba, model: nn.Module) -> nn.Module:
     return wrapped
 
 
-def samba_optimizers(samba, model: nn.Module, spec: dict[str, Any]) -> list:
+def samba_optimizers(samba, model: nn.Module, spec: JSONObject) -> list:
     """``samba.optim.AdamW`` per weight-decay group of the PEF's ``spec`` (the engine's AdamW groups, by
     parameter name), gradient clipping inside (as SambaNova's GPT-2 tutorial)."""
     params, optim = dict(model.named_parameters()), spec["optim"]
@@ -242,7 +244,8 @@ def samba_inputs(samba, x: torch.Tensor, y: torch.Tensor) -> list:
             samba.from_torch_tensor(y.int(), name="labels", batch_dim=0)]
 
 
-def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter, eager: Any) -> dict[str, Any]:
+def pef_spec(model: nn.Module, point: TrainPointFields, world: int, adapter: SambaFlowAdapter,
+             eager: EagerRuntime) -> JSONObject:
     """Everything a PEF depends on; its hash names the PEF. ``eager``: the engine's eager programming model
     (the point's optimizer settings and AdamW groups, which the compile process cannot ask the engine for)."""
     optim = eager.optim_for_point(point)
@@ -263,11 +266,11 @@ def pef_spec(model: nn.Module, point: Any, world: int, adapter: SambaFlowAdapter
     return spec | {"name": f"accel_kit_{digest}", "out": str(adapter.pef_dir()), "param_groups": groups}
 
 
-def pef_path(spec: dict[str, Any]) -> Path:
+def pef_path(spec: JSONObject) -> Path:
     return Path(spec["out"]) / spec["name"] / f"{spec['name']}.pef"  # where the compiler writes it
 
 
-def compile_argv(spec: dict[str, Any]) -> list[str]:
+def compile_argv(spec: JSONObject) -> list[str]:
     """The compile command's arguments, as SambaFlow's argument parser takes them."""
     argv = ["compile", "-b", str(spec["micro_batch_size"]), "--pef-name", spec["name"], "--output-folder",
             spec["out"], "--num-tiles", str(spec["tiles"])]
@@ -276,7 +279,7 @@ def compile_argv(spec: dict[str, Any]) -> list[str]:
     return argv + list(spec["compiler_args"])
 
 
-def compile_pef(spec: dict[str, Any]) -> None:
+def compile_pef(spec: JSONObject) -> None:
     """The compile phase: trace the model with its optimizers and fixed-shape inputs, write the PEF."""
     from sambaflow import samba
     from sambaflow.samba.utils.argparser import parse_app_args
@@ -297,7 +300,7 @@ def compile_command(spec_file: Path) -> list[str]:
     return [sys.executable, "-m", "accel_kit.devices.sambanova", "compile", str(spec_file)]
 
 
-def ensure_pef(spec: dict[str, Any], rank: int, *, poll_s: float = 10.0) -> Path:
+def ensure_pef(spec: JSONObject, rank: int, *, poll_s: float = 10.0) -> Path:
     """The PEF of ``spec``: compiled now in a child process by rank 0 when missing (other ranks wait for it)."""
     pef = pef_path(spec)
     failed = pef.with_suffix(".failed")
@@ -338,7 +341,7 @@ class SambaFlowTrainer:
     """
 
     def __init__(self, samba, utils, point, model: nn.Module, batches, world: int, adapter: SambaFlowAdapter,
-                 eager: Any):
+                 eager: EagerRuntime):
         self.samba, self.batches, self.data_parallel, self.eager = samba, batches, world > 1, eager
         self.optim_cfg = eager.optim_for_point(point)
         self.step_count = 0

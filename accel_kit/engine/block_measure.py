@@ -8,8 +8,6 @@ means true fp32 (TF32 off) unless the point sets ``tf32``.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from accel_kit import flops as F
@@ -25,8 +23,9 @@ from accel_kit.precision import dtype_of
 from accel_kit.timing import Timing
 
 
-def build_block(impl: str, cfg: Any) -> torch.nn.Module:
-    """One layer of ``cfg``'s family: ours (``native``, ``compiled``: compiled by the caller) or transformers'."""
+def build_block(impl: str, cfg: object) -> torch.nn.Module:
+    """One layer of ``cfg``'s family (a family's config, ``get_config``'s): ours (``native``, ``compiled``: compiled
+    by the caller) or transformers'."""
     return family_of(cfg).build_layer(cfg, "hf" if impl == "hf" else "native")
 
 

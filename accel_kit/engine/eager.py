@@ -16,7 +16,7 @@ microbenchmark point calls ``make_block_step``. A new kind adds its own method h
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -24,10 +24,14 @@ from torch import nn
 import accel_kit.engine.step as step_module  # not the package face, which imports points and through them the worker
 
 if TYPE_CHECKING:
+    from accel_kit.devices import BaseAdapter
+    from accel_kit.devices.types import Batches, BlockStep, EagerRuntime, PointTrainer
+    from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
     from accel_kit.engine.point import BlockPoint, TrainPoint
+    from accel_kit.sparsity import WeightSparsity
 
 
-def point_batches(point: TrainPoint, vocab_size: int, rank: int) -> Any:
+def point_batches(point: TrainPoint, vocab_size: int, rank: int) -> Batches:
     """The batch source of a training point: synthetic tokens, or its prepared data (windows or padded rows).
 
     A module-level function, so that a vendor's input workers can be handed it by name (it pickles).
@@ -70,18 +74,19 @@ class EagerModel:
     cast_for_precision = staticmethod(step_module.cast_for_precision)
     point_batches = staticmethod(point_batches)
 
-    def __init__(self, adapter: Any):
+    def __init__(self, adapter: BaseAdapter):
         self.adapter = adapter
 
     @staticmethod
-    def deepspeed_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any,
-                          world: int, adapter: Any, **kwargs: Any) -> Any:
+    def deepspeed_trainer(point: TrainPoint, model: nn.Module, batches: Batches, device: torch.device,
+                          optim: step_module.OptimConfig, world: int, adapter: BaseAdapter,
+                          **kwargs: object) -> DeepSpeedTrainer:
         """DeepSpeed's engine as a trainer (imported only when a point asks for it)."""
         from accel_kit.engine.deepspeed_engine import DeepSpeedTrainer
 
         return DeepSpeedTrainer(point, model, batches, device, optim, world, adapter, **kwargs)
 
-    def build_model(self, point: TrainPoint, device: torch.device, **overrides: Any) -> nn.Module:
+    def build_model(self, point: TrainPoint, device: torch.device, **overrides: object) -> nn.Module:
         """The point's freshly built fp32 model (seed the generator first) on ``device``; for a layout that shards
         it first (``shards_before_allocating``), on the meta device with its initialisation pending:
         ``make_trainer`` shards it, then allocates and draws each rank's part (``materialize_deferred``), so no
@@ -105,7 +110,7 @@ class EagerModel:
             return model  # DeepSpeed and FSDP2 take the fp32 model and apply their own bf16/fp16 mode
         return step_module.cast_for_precision(model, point.precision)
 
-    def make_sparsity(self, model: nn.Module, point: TrainPoint, device: torch.device) -> Any:
+    def make_sparsity(self, model: nn.Module, point: TrainPoint, device: torch.device) -> WeightSparsity:
         """Prune ``model`` for ``point.sparsity``: the object that keeps the masks through training (``active``,
         ``apply_masks()``, ``metrics()``, ``release()``), made before ``make_trainer``."""
         from accel_kit.sparsity import WeightSparsity
@@ -117,9 +122,10 @@ class EagerModel:
                               point.micro_batch_size * point.seq_len)
         return sparse
 
-    def make_trainer(self, point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, world: int, *,
-                     after_step: Any = None, trainer: Any = None, compile_backend: str | None = None,
-                     graph_break: Any = None) -> Any:
+    def make_trainer(self, point: TrainPoint, model: nn.Module, batches: Batches, device: torch.device, world: int, *,
+                     after_step: Callable[[], None] | None = None, trainer: Callable[..., PointTrainer] | None = None,
+                     compile_backend: str | None = None,
+                     graph_break: Callable[[], None] | None = None) -> PointTrainer:
         """The object whose ``step()`` runs the point's optimizer steps of one call and returns the loss.
 
         The worker passes ``after_step`` only; a vendor's programming model that keeps this eager path
@@ -150,7 +156,7 @@ class EagerModel:
                                                 graph_break=graph_break)
 
     def make_block_step(self, point: BlockPoint, module: nn.Module, x: torch.Tensor,
-                        grad_out: torch.Tensor | None) -> Any:
+                        grad_out: torch.Tensor | None) -> BlockStep:
         """One microbenchmark iteration of ``module`` on ``x`` as a callable: forward, or forward and backward
         (``grad_out`` given)."""
         from accel_kit.models.family import layer_output as block_output
@@ -167,6 +173,6 @@ class EagerModel:
         return step
 
 
-def programming_model(adapter: Any) -> Any:
+def programming_model(adapter: BaseAdapter) -> EagerRuntime:
     """What builds and steps a point on ``adapter``: the eager default, or the vendor's replacement."""
     return adapter.programming_model(EagerModel(adapter))

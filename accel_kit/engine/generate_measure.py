@@ -28,7 +28,7 @@ import hashlib
 import json
 import statistics
 import time
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import PositiveInt, model_validator
@@ -40,6 +40,7 @@ from accel_kit.engine.kinds import adapter_check, register_kind
 from accel_kit.engine.measurement import Context, GiB, KindMeasurement, Window
 from accel_kit.engine.point import NOT_IN_KEY, Frontier, Point
 from accel_kit.engine.result import Result
+from accel_kit.json_types import JSONObject
 from accel_kit.metrics import Metric
 from accel_kit.timing import PERCENTILES, Timeline, Timing, percentiles
 
@@ -61,7 +62,7 @@ class GeneratePoint(Point):
     seed: int = 0
     hf_reference: bool = False  # time transformers' generate from the same weights after the window
     impl: Literal["eager", "compiled"] = "eager"  # the decode step (accel_kit.models.generate.IMPLS)
-    bandwidth: dict[str, Any] | None = None  # the run's measured memory bandwidth (peaks.MeasuredBandwidth)
+    bandwidth: JSONObject | None = None  # the run's measured memory bandwidth (peaks.MeasuredBandwidth)
 
     @model_validator(mode="after")
     def _compiled_warms_up(self) -> "GeneratePoint":
@@ -82,7 +83,7 @@ class GeneratePoint(Point):
     def preload_modules(self) -> tuple[str, ...]:
         return ("transformers",) if self.hf_reference else ()
 
-    def record_params(self) -> dict[str, Any]:
+    def record_params(self) -> JSONObject:
         return self.model_dump(exclude={"peak", "bandwidth", "system"})  # the measured figures go to the metrics
 
 
@@ -123,7 +124,7 @@ class GenerateMeasurement(KindMeasurement):
                      **{k: shape[k] for k in ("family", "n_layers", "hidden_size", "n_heads", "n_kv_heads")}}
         self.out["model"] = point.preset
         self.intervals: list[list[float]] = []  # each generation's (TTFT, step, step, ...): warm-up's first
-        self.hf: dict[str, Any] = {}
+        self.hf: JSONObject = {}
 
     def fit(self) -> Result | None:
         """The weights a step reads and the KV cache must fit the device (a lower bound: no activations)."""
@@ -177,8 +178,8 @@ class GenerateMeasurement(KindMeasurement):
         steps = [s for t in trials for s in t[1:]]
         ttft_s = statistics.median(ttft)
         prefill_tflops = F.tflops(self.prefill_flops, ttft_s)
-        out: dict[str, Any] = {"ttft_s": ttft_s, "prefill_tokens_per_s": p.batch_size * p.input_len / ttft_s,
-                               "prefill_tflops_per_device": prefill_tflops, **percentiles(ttft, "ttft")}
+        out: JSONObject = {"ttft_s": ttft_s, "prefill_tokens_per_s": p.batch_size * p.input_len / ttft_s,
+                           "prefill_tflops_per_device": prefill_tflops, **percentiles(ttft, "ttft")}
         out |= _decode_metrics(p, decode_s, steps, self.decode_bytes, self.device_model)
         tokens = p.batch_size * p.output_len
         out["output_tokens_per_s"] = tokens / timing.median_s

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Protocol, TypeVar
 from accel_kit.engine.point import Point
 from accel_kit.engine.result import Result
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.metrics import Metric, declare
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class KindSpec(Generic[P]):
         return (KIND_MODULES.get(self.name, self.name.partition(":")[0]), *self.preload, *point.preload_modules())
 
 
+# Any: each entry is the spec of its own point class (a KindSpec[TrainPoint], a KindSpec[BlockPoint], ...).
 _KINDS: dict[str, KindSpec[Any]] = {}
 
 
@@ -115,7 +117,7 @@ def spec(name: str) -> KindSpec[Any]:
     return _KINDS[name]
 
 
-def _register_self_measuring(name: str, cls: Any) -> None:
+def _register_self_measuring(name: str, cls: object) -> None:
     """A ``module:Class`` kind whose module registers nothing, but whose point class measures itself
     (``measure(ctx)``, returning a ``Result`` or its fields): registered as such, runnable anywhere."""
     if not (isinstance(cls, type) and issubclass(cls, Point) and callable(getattr(cls, "measure", None))):
@@ -140,6 +142,6 @@ def point_classes() -> dict[str, type[Point]]:
     return {name: s.point_cls for name, s in _KINDS.items()}
 
 
-def load_point(fields: dict[str, Any]) -> Point:
+def load_point(fields: JSONObject) -> Point:
     """The point of its ``kind`` from its fields (a worker's point file)."""
     return spec(fields["kind"]).point_cls.model_validate(fields)

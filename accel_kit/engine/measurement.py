@@ -26,7 +26,7 @@ import dataclasses
 import math
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed as dist
@@ -39,6 +39,8 @@ from accel_kit.timing import OverBudget, Timing, measure
 
 if TYPE_CHECKING:
     from accel_kit.devices.base import BaseAdapter
+    from accel_kit.devices.power import EnergyWindow
+    from accel_kit.json_types import JSONObject, JSONValue
     from accel_kit.engine.point import Point
 
 GiB = 2**30
@@ -64,7 +66,8 @@ class Window:
     trials: int
     extra_iterations: int = 0  # run by the kind after the window (counted in the time budget)
     noisy_cv: float | None = None  # None: timing's default
-    context: Any = dataclasses.field(default_factory=contextlib.nullcontext)  # entered around the window
+    # entered around the window
+    context: contextlib.AbstractContextManager[object] = dataclasses.field(default_factory=contextlib.nullcontext)
 
 
 class KindMeasurement:
@@ -83,8 +86,8 @@ class KindMeasurement:
         # TF32 (or the device's reduced-precision fp32 matmul) allowed or not before anything runs, and
         # recorded as it is (the env's math mode); it also picks the datasheet peak to compare with.
         ctx.adapter.set_tf32(tf32)
-        self.base: dict[str, Any] = {}
-        self.out: dict[str, Any] = {"env": results.environment(ctx.adapter)}
+        self.base: JSONObject = {}
+        self.out: JSONObject = {"env": results.environment(ctx.adapter)}
 
     @property
     def device_model(self) -> str | None:
@@ -112,7 +115,7 @@ class KindMeasurement:
     def summary(self, metrics: dict) -> str:
         return "ok"
 
-    def result(self, status: Status, reason: str | None = None, **metrics: Any) -> Result:
+    def result(self, status: Status, reason: str | None = None, **metrics: JSONValue) -> Result:
         """A result of this point with a status other than a measurement (does not fit, skipped...)."""
         return Result(**self.out, status=status, reason=reason, metrics=self.base | metrics)
 
@@ -219,7 +222,8 @@ def gather_hosts(world: int) -> list[str]:
     return sorted(set(filter(None, hosts)))
 
 
-def reduce_energy(window: Any, device: torch.device, world: int, local_rank: int) -> Any:
+def reduce_energy(window: EnergyWindow | None, device: torch.device, world: int,
+                  local_rank: int) -> EnergyWindow | None:
     """The point's energy over all ranks: each device's counted once (a host's shared counter by its local rank 0)."""
     if world == 1 or window is None:
         return window

@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -51,7 +51,14 @@ from accel_kit.timing import Stopwatch, Timing
 from accel_kit.mesh import MESH_DIMS
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from accel_kit.devices.types import Batches
     from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.step import OptimConfig
+    from accel_kit.models.family import Family
+    from accel_kit.models.moe.parallel import ExpertShards
 
 
 # With expert parallelism, dp as dp / ep replicas of each expert shard (outer) x ep shards (inner): an ep group is
@@ -59,7 +66,7 @@ if TYPE_CHECKING:
 EXPERT_MESH_DIMS = ("pp", "dp_mod_ep", "ep", "cp", "tp")
 
 
-def device_mesh(point: TrainPoint, device: torch.device) -> Any:
+def device_mesh(point: TrainPoint, device: torch.device) -> DeviceMesh:
     """The point's ranks as a ``(pp, dp, cp, tp)`` mesh (over the process group the worker started); with ep above
     1, as ``EXPERT_MESH_DIMS`` (``data_parallel_mesh`` is their ``dp``)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -70,12 +77,12 @@ def device_mesh(point: TrainPoint, device: torch.device) -> Any:
     return init_device_mesh(device.type, (pp, dp // point.ep, point.ep, cp, tp), mesh_dim_names=EXPERT_MESH_DIMS)
 
 
-def data_parallel_mesh(point: TrainPoint, mesh: Any) -> Any:
+def data_parallel_mesh(point: TrainPoint, mesh: DeviceMesh) -> DeviceMesh:
     """The mesh's ``dp`` ranks: with ep above 1, its ``dp_mod_ep x ep`` flattened (made once, then the root's)."""
     return mesh["dp"] if point.ep == 1 else mesh["dp_mod_ep", "ep"]._flatten("dp")
 
 
-def gradient_mesh(point: TrainPoint, mesh: Any) -> Any:
+def gradient_mesh(point: TrainPoint, mesh: DeviceMesh) -> DeviceMesh:
     """The ranks whose gradients are averaged: ``dp``, with ``cp`` folded in where it is above 1 (a
     context-parallel group's ranks hold parts of one micro-batch's gradient), as torchtitan's ``dp_shard_cp``."""
     if point.cp == 1:
@@ -83,7 +90,7 @@ def gradient_mesh(point: TrainPoint, mesh: Any) -> Any:
     return mesh["dp", "cp"]._flatten("dp_cp")
 
 
-def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) -> nn.Module:
+def fsdp_wrap(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh, precision: str) -> nn.Module:
     """FSDP2 on every block, then the root (embedding, final norm, head): a block's parameters are
     all-gathered just before it runs and freed after, so one block's worth is whole at a time."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -98,7 +105,7 @@ def fsdp_wrap(model: nn.Module, blocks: nn.Module, mesh: Any, precision: str) ->
     return model
 
 
-def fsdp_experts(experts: Any, mesh: Any, precision: str) -> None:
+def fsdp_experts(experts: ExpertShards, mesh: DeviceMesh, precision: str) -> None:
     """FSDP2 on each MoE layer's expert shard over ``mesh`` (the dp / ep ranks holding the same experts), before
     its block's: their gradients are reduce-scattered over those ranks (averaged over them; the trainer
     divides them by ep after, ``ParallelTrainer.optimizer_step``)."""
@@ -110,7 +117,8 @@ def fsdp_experts(experts: Any, mesh: Any, precision: str) -> None:
         register_fsdp_forward_method(module, "forward_sorted")
 
 
-def parallelize(model: nn.Module, point: TrainPoint, family: Any, mesh: Any) -> tuple[nn.Module, Any]:
+def parallelize(model: nn.Module, point: TrainPoint, family: Family,
+                mesh: DeviceMesh) -> tuple[nn.Module, ExpertShards | None]:
     """``model`` with the point's tensor parallelism (the family's plan), expert parallelism (the family's) and,
     for engine fsdp, FSDP2; and the family's expert shards (None without ep)."""
     if point.tp > 1:
@@ -142,10 +150,10 @@ class ParallelTrainer(Trainer):
     rank, or FSDP does).
     """
 
-    def __init__(self, *args: Any, fsdp: bool, dp_group: Any = None, cp_mesh: Any = None,
-                 position_buffers: list[tuple[torch.Tensor, int]] = (), cp_backends: list | None = None,
-                 synchronize: Callable[[], None] | None = None, experts: Any = None, expert_group: Any = None,
-                 **kwargs: Any):
+    def __init__(self, *args: object, fsdp: bool, dp_group: ProcessGroup | None = None,
+                 cp_mesh: DeviceMesh | None = None, position_buffers: list[tuple[torch.Tensor, int]] = (),
+                 cp_backends: list | None = None, synchronize: Callable[[], None] | None = None,
+                 experts: ExpertShards | None = None, expert_group: ProcessGroup | None = None, **kwargs: object):
         self.fsdp, self.dp_group = fsdp, dp_group
         self.cp_mesh, self.position_buffers, self.cp_backends = cp_mesh, list(position_buffers), cp_backends
         self.grad_sync = Stopwatch(synchronize or (lambda: None))
@@ -275,7 +283,7 @@ class ParallelTrainer(Trainer):
             self.experts.stats.end_step()
 
 
-def _mean_over(group: Any, grads: list[torch.Tensor], divisor: int) -> None:
+def _mean_over(group: ProcessGroup | None, grads: list[torch.Tensor], divisor: int) -> None:
     """Sum ``grads`` in place over ``group`` (None: this rank alone) and divide them by ``divisor``: one
     all-reduce of them flattened together per dtype, not one per tensor (a few dozen small ones would cost
     each collective's latency again, as DDP's buckets avoid)."""
@@ -292,10 +300,19 @@ def _mean_over(group: Any, grads: list[torch.Tensor], divisor: int) -> None:
         torch._foreach_copy_(same, list(_unflatten_dense_tensors(flat, same)))
 
 
-def context_parallel_kwargs(point: TrainPoint, model: nn.Module, family: Any, mesh: Any) -> dict[str, Any]:
+class ContextParallelArgs(TypedDict, total=False):
+    """``ParallelTrainer``'s context-parallel keywords (none where cp is 1)."""
+
+    cp_mesh: DeviceMesh
+    position_buffers: list[tuple[torch.Tensor, int]]
+    cp_backends: list | None
+
+
+def context_parallel_kwargs(point: TrainPoint, model: nn.Module, family: Family,
+                            mesh: DeviceMesh) -> ContextParallelArgs:
     """``ParallelTrainer``'s context-parallel arguments for ``point`` ({} where cp is 1)."""
     if point.cp == 1:
-        return {}
+        return ContextParallelArgs()
     buffers = family.position_buffers(model)
     for t, dim in buffers:  # the model reads a buffer's first T entries: it must cover exactly the sequence
         if t.shape[dim] != point.seq_len:
@@ -306,18 +323,18 @@ def context_parallel_kwargs(point: TrainPoint, model: nn.Module, family: Any, me
         from torch.nn.attention import SDPBackend
 
         backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-    return {"cp_mesh": mesh["cp"], "position_buffers": buffers, "cp_backends": backends}
+    return ContextParallelArgs(cp_mesh=mesh["cp"], position_buffers=buffers, cp_backends=backends)
 
 
-def _owned(batches: Any) -> Any:
+def _owned(batches: Batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``batches`` with every tensor a copy of its own: context parallelism resizes them in place, and a
     batch already on the device is not copied by ``Trainer``'s move."""
     for x, y in batches:
         yield x.clone(), y.clone()
 
 
-def parallel_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
-                     **kwargs: Any) -> ParallelTrainer:
+def parallel_trainer(point: TrainPoint, model: nn.Module, batches: Batches, device: torch.device, optim: OptimConfig,
+                     family: Family, **kwargs: object) -> ParallelTrainer:
     """The trainer of a point with engine fsdp, or tp, cp or ep above 1: its mesh, its model sharded, its
     gradients' reduction, its sequences' sharding, its experts'."""
     from accel_kit.models import is_deferred, materialize_deferred

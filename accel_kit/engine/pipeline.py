@@ -22,7 +22,7 @@ What a pipeline changes in the optimizer step (``PipelineTrainer``, a ``Parallel
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -33,13 +33,21 @@ from accel_kit.engine.parallel import ParallelTrainer, device_mesh
 from accel_kit.models.family import lm_loss
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from accel_kit.devices.types import Batches
     from accel_kit.engine.point import TrainPoint
+    from accel_kit.engine.step import OptimConfig
+    from accel_kit.models.family import Family
 
 
 class StageModule(nn.Module):
     """One pipeline stage of a model: the model holding only the stage's parts, run by its family."""
 
-    def __init__(self, model: nn.Module, family: Any, *, first: bool, last: bool):
+    def __init__(self, model: nn.Module, family: Family, *, first: bool, last: bool):
         super().__init__()
         self.model, self.family, self.first, self.last = model, family, first, last
 
@@ -47,7 +55,7 @@ class StageModule(nn.Module):
         return self.family.stage_forward(self.model, x, first=self.first, last=self.last)
 
 
-def tied_parameters(model: nn.Module, family: Any) -> list[nn.Parameter]:
+def tied_parameters(model: nn.Module, family: Family) -> list[nn.Parameter]:
     """The parameters the embedding and the head share (found by identity, so no family has to say which),
     in the embedding's order: after the split the first and the last stage each hold a copy."""
     parts = family.pipeline_stages(model)
@@ -56,7 +64,7 @@ def tied_parameters(model: nn.Module, family: Any) -> list[nn.Parameter]:
     return [p for key, p in embedding.items() if key in head]
 
 
-def split_stage(model: nn.Module, family: Any, stage: int, pp: int) -> StageModule:
+def split_stage(model: nn.Module, family: Family, stage: int, pp: int) -> StageModule:
     """Keep ``stage``'s part of ``model`` (in place: the other parts are set to None and freed) and return
     it as a module."""
     parts = family.pipeline_stages(model)
@@ -76,7 +84,7 @@ def scaled_loss(logits: torch.Tensor, targets: torch.Tensor, *, scale: float) ->
     return lm_loss(logits, targets) * scale
 
 
-def _ends_group(mesh: Any, pp: int) -> Any:
+def _ends_group(mesh: DeviceMesh, pp: int) -> ProcessGroup | None:
     """The process group of this rank's pipeline's first and last stage (where a tied weight's copies live).
 
     pp 2: the pipeline's own group. Otherwise one new group per pipeline (every rank creates every one,
@@ -101,8 +109,8 @@ class PipelineTrainer(ParallelTrainer):
     ``dp_group``: as ``ParallelTrainer``'s (None: dp 1).
     """
 
-    def __init__(self, *args: Any, stage: Any, schedule: Any, pp_group: Any, tied: list[nn.Parameter],
-                 ends_group: Any, **kwargs: Any):
+    def __init__(self, *args: object, stage: PipelineStage, schedule: PipelineScheduleSingle, pp_group: ProcessGroup,
+                 tied: list[nn.Parameter], ends_group: ProcessGroup | None, **kwargs: object):
         self.stage, self.schedule = stage, schedule
         self.pp_group, self.tied, self.ends_group = pp_group, tied, ends_group
         self.last_rank = dist.get_global_rank(pp_group, dist.get_world_size(pp_group) - 1)
@@ -150,8 +158,8 @@ class PipelineTrainer(ParallelTrainer):
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}  # pp_schedule -> torch.distributed.pipelining's
 
 
-def pipeline_trainer(point: TrainPoint, model: nn.Module, batches: Any, device: torch.device, optim: Any, family: Any,
-                     **kwargs: Any) -> PipelineTrainer:
+def pipeline_trainer(point: TrainPoint, model: nn.Module, batches: Batches, device: torch.device, optim: OptimConfig,
+                     family: Family, **kwargs: object) -> PipelineTrainer:
     """The trainer of a point with pp above 1: its mesh, this rank's stage of ``model``, the schedule."""
     import torch.distributed.pipelining as pipelining
 

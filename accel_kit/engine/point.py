@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from accel_kit.engine.attention import AttentionKernel
+from accel_kit.json_types import JSONObject
 from accel_kit.mesh import ParallelLayout
 from accel_kit.precision import Precision, PrecisionRequest
 
@@ -65,11 +66,11 @@ class TrainSpec(ParallelLayout):
 
 # Fields added after records existed, left out of the key at these defaults so that every earlier
 # record's key is what it was (a point at the defaults is the point those records measured).
-KEY_DEFAULTS: dict[str, Any] = {f: ParallelLayout.model_fields[f].default
+KEY_DEFAULTS: JSONObject = {f: ParallelLayout.model_fields[f].default
                                for f in ("tp", "pp", "pp_microbatches", "pp_schedule", "cp", "ep")}
 
 
-def key_fields(fields: dict[str, Any]) -> dict[str, Any]:
+def key_fields(fields: JSONObject) -> JSONObject:
     """``fields`` without those of ``KEY_DEFAULTS`` that hold their default."""
     return {k: v for k, v in fields.items() if k not in KEY_DEFAULTS or v != KEY_DEFAULTS[k]}
 
@@ -101,7 +102,7 @@ class Point(BaseModel):
     precision_reason: str = ""  # why this precision (auto's choice, or emulated)
     memory_limit_gib: float | None = Field(default=None, gt=0)  # cap on the point's process
     time_budget_s: float | None = Field(default=None, gt=0)
-    peak: dict[str, Any] | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
+    peak: JSONObject | None = None  # the run's measured matmul peak for this precision (peaks.MeasuredPeak)
     # The work its records' energy figure counts per joule: "tokens" (tokens_per_j), "flops"; None: none.
     ENERGY_WORK: ClassVar[str | None] = None
     # The metric holding the point's achieved TFLOP/s per device (its MFU's numerator); None: none.
@@ -147,7 +148,7 @@ class Point(BaseModel):
         a server that imported them too, started once, for every later point as well."""
         return ()
 
-    def record_params(self) -> dict[str, Any]:
+    def record_params(self) -> JSONObject:
         """What a record stores of the point: the system is the record's own field, the peak goes to the metrics."""
         return self.model_dump(exclude={"peak", "system"})
 
@@ -211,7 +212,7 @@ class TrainPoint(Point, TrainSpec):
         return Frontier(self.frontier_key(), "seq_len", self.seq_len)
 
 
-def _hash(fields: dict[str, Any]) -> str:
+def _hash(fields: JSONObject) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -11,10 +11,10 @@ It also holds the one test of whether a failure was the device running out of me
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from accel_kit.json_types import JSONObject, JSONValue
 from accel_kit.results import Status
 
 
@@ -26,15 +26,15 @@ class Result(BaseModel):
 
     status: Status
     reason: str | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: JSONObject = Field(default_factory=dict)
     times_s: list[float] = Field(default_factory=list)
     warmup_times_s: list[float] = Field(default_factory=list)
-    env: dict[str, Any] = Field(default_factory=dict)  # accel_kit.results.environment(), the point's start
+    env: JSONObject = Field(default_factory=dict)  # accel_kit.results.environment(), the point's start
     model: str | None = None  # what ran, as a record names it (a preset, a block's shape)
     traceback: str | None = None  # a failure's full story (a worker's traceback or its output's tail)
     summary: str | None = None  # one line for the progress bar ("1234 tok/s")
     # A kind's own output that is no record metric (the peak kind's ``MeasuredPeak``).
-    payload: dict[str, Any] | None = None
+    payload: JSONObject | None = None
 
     @classmethod
     def from_json(cls, text: str) -> "Result":
@@ -42,17 +42,17 @@ class Result(BaseModel):
         return cls.model_validate(json.loads(text))
 
     # Read by field name too: a result reads as the JSON file it is written to (the tests' and notebooks' way).
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> JSONValue:
         if name not in type(self).model_fields:
             raise KeyError(name)
         return getattr(self, name)
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: JSONValue = None) -> JSONValue:
         value = getattr(self, name, None) if name in type(self).model_fields else None
         return default if value is None else value
 
 
-def failed(status: Status, reason: str, **fields: Any) -> Result:
+def failed(status: Status, reason: str, **fields: JSONValue) -> Result:
     """A result that measured nothing (out of memory, an error, unsupported, skipped), with why."""
     return Result(status=status, reason=reason, **fields)
 

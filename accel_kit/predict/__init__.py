@@ -12,18 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from pydantic import PositiveInt
 
 from accel_kit.errors import AccelKitError
+from accel_kit.json_types import JSONObject, JSONValue
 from accel_kit.mesh import ParallelLayout
 from accel_kit.params import PrecisionRequest, StudyParams
 from accel_kit.predict.heldout import error_summary, held_out, load_records
 from accel_kit.predict.predictor import Prediction, Predictor
 from accel_kit.predict.shape import shape_for
 from accel_kit.results import Record
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 STUDY = "what_if"  # params/what_if/<profile>.yaml
 
@@ -152,7 +156,7 @@ class WhatIf:
                             if pd.notna(r.get("run_spread_mean")) else ""))
         return "\n".join(lines)
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, go.Figure]:
         from accel_kit.predict.plots import predicted_vs_measured, scaling_prediction
 
         figs = {}
@@ -167,7 +171,7 @@ def _pct(v) -> str:
     return "n/a" if v is None or pd.isna(v) else f"{100 * v:.1f} %"
 
 
-def resolve_params(profile: str | None, overrides: dict[str, Any]) -> WhatIfParams:
+def resolve_params(profile: str | None, overrides: JSONObject) -> WhatIfParams:
     from accel_kit import params as _params
 
     p = _params.resolve(WhatIfParams, STUDY, profile, overrides)
@@ -175,7 +179,7 @@ def resolve_params(profile: str | None, overrides: dict[str, Any]) -> WhatIfPara
     return p
 
 
-def what_if(system: str, params: WhatIfParams | None = None, **overrides: Any) -> WhatIf:
+def what_if(system: str, params: WhatIfParams | None = None, **overrides: JSONValue) -> WhatIf:
     """Predict ``params`` (or the overrides on the defaults) on ``system`` from the records found.
 
     Raises:
@@ -228,7 +232,7 @@ def prediction_precision(requested: str, system, predictor: Predictor) -> str:
     return "bf16"
 
 
-def run_notebook(namespace: dict[str, Any]) -> WhatIf:
+def run_notebook(namespace: dict[str, object]) -> WhatIf:
     """``what_if`` from a notebook's parameters cell (its globals()); an unknown injected parameter is an error."""
     from accel_kit.studies import NOTEBOOK_NAMES, injected_parameters, notebook_profile
 

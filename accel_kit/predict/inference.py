@@ -21,11 +21,12 @@ its runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
+from accel_kit.json_types import JSONObject
 from accel_kit.predict.fits import MIN_FIT_RECORDS, TERM_PENALTY
 from accel_kit.predict.nnls import nnls_relative
 from accel_kit.predict.records import group_key, host_threads, known_preset
@@ -152,7 +153,7 @@ class InferencePrediction:
         s = self.shape
         return s.batch_size * s.output_len / (self.ttft_s + (s.output_len - 1) * (self.tpot_s or 0.0))
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JSONObject:
         s = self.shape
         return {"system": self.system, "preset": s.preset, "precision": s.precision, "batch_size": s.batch_size,
                 "input_len": s.input_len, "output_len": s.output_len, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,

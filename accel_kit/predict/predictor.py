@@ -62,10 +62,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
+from accel_kit.json_types import JSONObject
 from accel_kit.predict.comm import Link, expert_parallel_s, fsdp_sync_s, gradient_sync_s, tensor_parallel_s
 from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class, fit_compute, fit_exposure,
                                     fit_memory)
@@ -102,7 +103,7 @@ class Prediction:
     bubble_s: float = 0.0  # a pipeline's idle time, in step_time_s
     expert_parallel_s: float = 0.0  # the ep all-to-alls, in comm_s and exposed_comm_s
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JSONObject:
         s, lay = self.shape, self.shape.layout
         return {"system": self.system, "preset": s.preset, "devices": lay.devices, "dp": lay.dp, "tp": lay.tp,
                 "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "engine": lay.engine, "seq_len": s.seq_len,

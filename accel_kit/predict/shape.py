@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from accel_kit import flops as F
+from accel_kit.json_types import JSONObject
 from accel_kit.mesh import ParallelLayout
 from accel_kit.models.family import FlopTerms
 from accel_kit.precision import spec
@@ -58,7 +58,7 @@ class StepShape:
     precision: str = "bf16"
     activation_checkpointing: bool = False
     flash_attention: bool = True
-    cfg: Any = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
+    cfg: object = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
     n_moe_layers: int = 0  # the family's MoE layers (0: a dense model)
     experts_per_token: int = 0  # top-k: the expert copies of each token a MoE layer dispatches
 
@@ -188,7 +188,7 @@ def shape_for(preset: str, layout: ParallelLayout, *, seq_len: int, precision: s
 
     if layout.micro_batch_size is None:
         raise ValueError("a step shape's layout needs its micro_batch_size (None is the system's: resolve it first)")
-    overrides: dict[str, Any] = {"seq_len": seq_len}
+    overrides: JSONObject = {"seq_len": seq_len}
     if vocab_size:
         overrides["vocab_size"] = vocab_size
     cfg = get_config(preset, **overrides)

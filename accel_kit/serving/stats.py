@@ -10,11 +10,12 @@ limits for Llama 3.1 8B by default: 2000 ms and 100 ms), per second of the same 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.serving.load import RequestResult
 from accel_kit.timing import PERCENTILES, percentiles  # noqa: F401 (PERCENTILES: read as stats.PERCENTILES)
 
@@ -25,7 +26,7 @@ LATENCIES = ("ttft", "tpot", "itl", "e2e")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 
 
-def parse_duration_s(value: Any) -> float:
+def parse_duration_s(value: object) -> float:
     """A duration in seconds from a number (seconds) or a text with its unit ("2000ms", "0.1 s")."""
     if isinstance(value, bool):
         raise ValueError(value)
@@ -37,7 +38,7 @@ def parse_duration_s(value: Any) -> float:
     return float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
 
 
-def parse_slo(value: Any) -> tuple[float, float]:
+def parse_slo(value: str | Sequence[object]) -> tuple[float, float]:
     """(TTFT, TPOT) limits in seconds from a pair (numbers in seconds, or texts with units) or one text
     "2000ms,100ms"; a ParameterError unless it is two positive durations."""
     parts = value.replace("/", ",").split(",") if isinstance(value, str) else value
@@ -51,14 +52,15 @@ def parse_slo(value: Any) -> tuple[float, float]:
     return ttft, tpot
 
 
-def load_metrics(results: Sequence[RequestResult], duration_s: float, slo_s: tuple[float, float]) -> dict[str, Any]:
+def load_metrics(results: Sequence[RequestResult], duration_s: float,
+                 slo_s: tuple[float, float]) -> JSONObject:
     """The serving metrics of one load (names declared by the serve kind, ``accel_kit.engine.serve_measure``)."""
     ok = [r for r in results if r.error is None]
     ttft_limit, tpot_limit = slo_s
     # a one-token answer has no TPOT: it meets that limit trivially, as vLLM's goodput counts it
     good = [r for r in ok if r.ttft_s <= ttft_limit and (r.tpot_s is None or r.tpot_s <= tpot_limit)]
     out_tokens = sum(r.output_tokens for r in ok)
-    metrics: dict[str, Any] = {
+    metrics: JSONObject = {
         "serve_requests_ok": len(ok), "serve_requests_failed": len(results) - len(ok),
         "serve_duration_s": duration_s,
         "serve_requests_per_s": len(ok) / duration_s if duration_s > 0 else None,

@@ -7,7 +7,8 @@ against the dense layer (``self_check``) before it is used.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,10 @@ class KernelLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel.label}"
+
+
+# What makes the context a training forward runs in (``select.autocast_factory``): autocast, or a null context.
+Autocast = Callable[[], contextlib.AbstractContextManager[object]]
 
 
 class SparseKernel:
@@ -77,7 +82,7 @@ class SparseKernel:
         """(dX (M, in), dW (out, in), zero where pruned) from dY g2 (M, out)."""
         raise NotImplementedError
 
-    def self_check(self, dense: nn.Linear, autocast: Callable[[], Any]) -> None:
+    def self_check(self, dense: nn.Linear, autocast: Autocast) -> None:
         """Raise unless the kernel matches the dense layer (forward and gradients) on a small input."""
         x = torch.randn(64, dense.in_features, device=dense.weight.device, dtype=dense.weight.dtype,
                         requires_grad=True)

@@ -3,13 +3,18 @@ uses, and effective), next to ``WeightSparsity.metrics()`` and the dense fine-tu
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+from accel_kit.json_types import JSONObject
+
+if TYPE_CHECKING:
+    from accel_kit.models.family import FlopTerms
 
 MFU_BASIS = "dense-equivalent FLOPs (zero weights counted, as the dense model)"
 
 
-def record_metrics(sparse_metrics: dict[str, Any], flop_terms: Any, flops_per_step: int, tokens_per_step: int,
-                   step_s: float, finetune_losses: list[float]) -> dict[str, Any]:
+def record_metrics(sparse_metrics: JSONObject, flop_terms: FlopTerms, flops_per_step: int, tokens_per_step: int,
+                   step_s: float, finetune_losses: list[float]) -> JSONObject:
     """A training record's sparsity fields: FLOPs both ways, measured sparsity, execution path, fine-tuning.
 
     Args:

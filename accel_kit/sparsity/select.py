@@ -5,13 +5,14 @@ only where it measured faster, and the ``SparseExecution`` that results.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
 
+from accel_kit.json_types import JSONObject
 from accel_kit.sparsity.execution import SparseExecution
-from accel_kit.sparsity.kernels import CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
+from accel_kit.sparsity.kernels import Autocast, CSRKernel, KernelLinear, SemiStructuredKernel, SparseKernel
 from accel_kit.precision import spec
 from accel_kit.sparsity.prune import PrunedLayer
 
@@ -62,21 +63,21 @@ def candidate_kernel(pattern: str, sparsity: float, adapter: KernelAdapter,
 
 
 def calibrate(layers: list[PrunedLayer], kernel_cls: type[SparseKernel], dtype: torch.dtype,
-              autocast: Callable[[], Any], tokens: int, synchronize: Callable[[], None],
-              force: bool = False) -> tuple[dict[tuple[int, ...], bool], list[dict[str, Any]]]:
+              autocast: Autocast, tokens: int, synchronize: Callable[[], None],
+              force: bool = False) -> tuple[dict[tuple[int, ...], bool], list[JSONObject]]:
     """Check and time the kernel once per distinct layer shape: ({shape: use it}, one timing entry per shape).
 
     A kernel that fails its self-check (or its timing) is not used, and its entry says why.
     ``force`` uses every kernel that passes the self-check, without timing (tests).
     """
     chosen: dict[tuple[int, ...], bool] = {}
-    entries: list[dict[str, Any]] = []
+    entries: list[JSONObject] = []
     for layer in layers:
         shape = tuple(layer.module.weight.shape)
         if shape in chosen:
             continue
         candidate = KernelLinear(layer.module, kernel_cls(layer.mask, dtype))
-        entry: dict[str, Any] = {"layer": layer.name, "shape": list(shape), "kernel": kernel_cls.label}
+        entry: JSONObject = {"layer": layer.name, "shape": list(shape), "kernel": kernel_cls.label}
         try:
             candidate.kernel.self_check(layer.module, autocast)
             if force:
@@ -95,7 +96,7 @@ def calibrate(layers: list[PrunedLayer], kernel_cls: type[SparseKernel], dtype: 
     return chosen, entries
 
 
-def chosen_execution(kernel_cls: type[SparseKernel], calibration: list[dict[str, Any]], n_kernel: int,
+def chosen_execution(kernel_cls: type[SparseKernel], calibration: list[JSONObject], n_kernel: int,
                      n_layers: int) -> SparseExecution:
     """How the pruned layers run once ``n_kernel`` of ``n_layers`` use ``kernel_cls`` after ``calibration``."""
     if n_kernel:
@@ -112,7 +113,7 @@ def chosen_execution(kernel_cls: type[SparseKernel], calibration: list[dict[str,
                                           f"(best sparse/dense speedup {best:.2f}x, needs {KERNEL_MIN_SPEEDUP}x)")
 
 
-def autocast_factory(weight: torch.Tensor, precision: str) -> Callable[[], Any]:
+def autocast_factory(weight: torch.Tensor, precision: str) -> Autocast:
     """The context the training forward runs in: autocast when fp32 weights meet a 16-bit precision.
 
     (``Trainer`` runs fp16 under autocast with fp32 weights, and bf16 on a bf16 model without it.)
@@ -124,7 +125,7 @@ def autocast_factory(weight: torch.Tensor, precision: str) -> Callable[[], Any]:
 
 
 def time_layer(dense: nn.Linear, kernel: KernelLinear, tokens: int, dtype: torch.dtype,
-               autocast: Callable[[], Any], synchronize: Callable[[], None]) -> tuple[float, float]:
+               autocast: Autocast, synchronize: Callable[[], None]) -> tuple[float, float]:
     """Best forward+backward time (s) of the dense layer and of its sparse replacement, same inputs."""
     from accel_kit.timing import measure
 

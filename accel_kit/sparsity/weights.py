@@ -4,11 +4,10 @@ record says about them.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
+from accel_kit.json_types import JSONObject
 from accel_kit.precision import dtype_of
 from accel_kit.sparsity.execution import SparseExecution
 from accel_kit.sparsity.kernels import KernelLinear
@@ -38,7 +37,7 @@ class WeightSparsity:
         self.execution = SparseExecution("dense-model") if sparsity == 0 else \
             SparseExecution("dense-zeros", "no sparse kernel selected")
         self.kernel: str | None = None
-        self.calibration: list[dict[str, Any]] = []
+        self.calibration: list[JSONObject] = []
         if sparsity == 0:
             return  # the dense baseline: nothing to prune or mask
         modules = dict(model.named_modules())
@@ -138,7 +137,7 @@ class WeightSparsity:
 
         return self.execution
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> JSONObject:
         """What a record says about this run's sparsity (measured now) and execution."""
         fractions = self.layer_zero_fractions()
         return {

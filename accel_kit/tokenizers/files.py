@@ -27,9 +27,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from accel_kit.errors import DataError, UnavailableError
+from accel_kit.json_types import JSONObject
 
 #: Llama 3's pre-tokenizer regex (tiktoken syntax): contractions, letter runs with at most one
 #: leading non-letter, digit groups of up to 3, punctuation runs with their trailing newlines,
@@ -151,7 +152,7 @@ class FileTokenizer:
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.name = f"file:{path.name}@{self.sha256[:12]}"
 
-    def file_meta(self) -> dict[str, Any]:
+    def file_meta(self) -> JSONObject:
         """What a prepared folder's meta records of the file (beside ``tokenizer`` and ``vocab_size``)."""
         return {"path": str(self.path), "sha256": self.sha256, "format": self.format}
 
@@ -204,7 +205,7 @@ class HFFileTokenizer(FileTokenizer):
         return self._tokenizer.decode(self._checked(ids), skip_special_tokens=skip_special_tokens)
 
 
-def _cuts_are_exact(spec: dict[str, Any], added: dict[str, int]) -> bool:
+def _cuts_are_exact(spec: JSONObject, added: dict[str, int]) -> bool:
     """Whether a newline cut after a letter or digit leaves this tokenizer.json's ids unchanged.
 
     Only for the pre-tokenizers known to split there and nowhere across it: no normalizer, and
@@ -217,7 +218,7 @@ def _cuts_are_exact(spec: dict[str, Any], added: dict[str, int]) -> bool:
     pre = spec.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
 
-    def byte_level(step: dict[str, Any], regex: bool) -> bool:
+    def byte_level(step: JSONObject, regex: bool) -> bool:
         return (step.get("type") == "ByteLevel" and not step.get("add_prefix_space", True)
                 and step.get("use_regex", True) == regex)
 

@@ -9,7 +9,6 @@ import importlib.metadata
 import os
 import re
 import sys
-from typing import Any
 
 import torch
 
@@ -17,6 +16,8 @@ from accel_kit.devices._vendor import package_version
 from accel_kit.devices.base import Availability, BaseAdapter, DeviceDescription, JobLaunch, Placement, PrecisionSupport
 from accel_kit.devices.cerebras.jobscript import APPLIANCE_TEMPLATE
 from accel_kit.devices.cerebras.options import ENV_PREFIX, MISSING, PACKAGE, USERNODE_CONFIG, CerebrasOptions
+from accel_kit.devices.types import BlockPointFields, EagerRuntime, PointFields, TrainPointFields
+from accel_kit.json_types import JSONObject
 
 
 def required_torch(package: str = PACKAGE) -> str | None:
@@ -39,7 +40,7 @@ class CerebrasAdapter(BaseAdapter):
 
     # ----------------------------------------------------------------------- settings and presence
 
-    def configure(self, options: dict[str, Any]) -> None:
+    def configure(self, options: JSONObject) -> None:
         self.options = CerebrasOptions.from_sources(options)
 
     @property
@@ -116,7 +117,7 @@ class CerebrasAdapter(BaseAdapter):
         if self.backend_type == "CPU":
             self.host.set_tf32(enabled)
 
-    def math_mode(self) -> dict[str, Any]:
+    def math_mode(self) -> JSONObject:
         return self.host.math_mode() if self.backend_type == "CPU" else {}
 
     def describe(self) -> DeviceDescription:
@@ -125,7 +126,7 @@ class CerebrasAdapter(BaseAdapter):
         cstorch = package_version(PACKAGE)
         versions = {"torch": torch.__version__, PACKAGE: cstorch, "cerebras-appliance":
                     package_version("cerebras-appliance")}
-        extra: dict[str, Any] = {"cstorch_backend": self.backend_type}
+        extra: JSONObject = {"cstorch_backend": self.backend_type}
         if self.backend_type == "CPU":
             model = f"cstorch CPU backend on {_cpu_model()}"
             extra["threads"] = torch.get_num_threads()
@@ -144,13 +145,13 @@ class CerebrasAdapter(BaseAdapter):
 
     # ----------------------------------------------------------------------- what runs, and how
 
-    def unsupported_peak(self, point: Any) -> str | None:
+    def unsupported_peak(self, point: PointFields) -> str | None:
         if self.backend_type == "CSX":
             return ("a matmul peak is timed eagerly on the host; on a CS-2 every computation is a compiled "
                     "step, so there is no measured peak to compare with")
         return None  # the CPU backend computes on the host: the host's matmul peak is its reference
 
-    def unsupported_block(self, point: Any) -> str | None:
+    def unsupported_block(self, point: BlockPointFields) -> str | None:
         if point.torch_compile:
             return "torch.compile does not apply: cstorch.compile compiles the block for the Cerebras backend"
         if point.precision not in self.supported_precisions():
@@ -160,7 +161,7 @@ class CerebrasAdapter(BaseAdapter):
     def engine_layouts(self) -> bool:
         return False  # cstorch compiles the step and places the model itself
 
-    def unsupported_train(self, point: Any) -> str | None:
+    def unsupported_train(self, point: TrainPointFields) -> str | None:
         if point.engine != "ddp":
             return (f"engine {point.engine!r} is an eager-PyTorch engine; cstorch trains through its own compiled "
                     "step (cstorch.compile, @cstorch.trace)")
@@ -186,7 +187,7 @@ class CerebrasAdapter(BaseAdapter):
                     "annotations): the dense phase needs a second run from a checkpoint")
         return None
 
-    def programming_model(self, eager: Any) -> Any:
+    def programming_model(self, eager: EagerRuntime) -> EagerRuntime:
         # cstorch's compiled model and traced step replace eager PyTorch; imported only now, since it
         # imports cerebras-pytorch (and the engine's building blocks come through ``eager``).
         from accel_kit.devices.cerebras.model import CstorchModel

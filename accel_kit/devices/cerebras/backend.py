@@ -8,11 +8,11 @@ import sys
 import tempfile
 from multiprocessing import util as mp_util
 from pathlib import Path
-from typing import Any
 
 import cerebras.pytorch as cstorch
 
 from accel_kit.devices.cerebras.options import CerebrasOptions, compiler_micro_batch
+from accel_kit.devices.types import TrainPointFields
 from accel_kit.precision import spec
 
 # The ClusterConfig settings taken from the options as given (None: cstorch's default).
@@ -28,7 +28,7 @@ def current_backend():
         return None
 
 
-def open_backend(options: CerebrasOptions, point: Any):
+def open_backend(options: CerebrasOptions, point: TrainPointFields):
     """The cstorch backend of ``options`` for ``point``: the existing one when this process has one.
 
     Only one backend may exist per process (a notebook cell run twice, or two points in one
@@ -54,7 +54,7 @@ def open_backend(options: CerebrasOptions, point: Any):
     return _open_csx(options, point, artifact_dir)
 
 
-def _open_csx(options: CerebrasOptions, point: Any, artifact_dir: str):
+def _open_csx(options: CerebrasOptions, point: TrainPointFields, artifact_dir: str):
     # cstorch lowers the traced step with a tool installed next to this Python (torch-cirh-opt), which it
     # finds on PATH: a run started as .venv-cerebras/bin/accel-kit, without activating the venv, has it too.
     tools = str(Path(sys.executable).parent)

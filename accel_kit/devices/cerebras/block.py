@@ -1,13 +1,12 @@
 """The microbenchmark's block on a cstorch backend, compiled and traced as a training step is."""
 from __future__ import annotations
 
-from typing import Any
-
 import cerebras.pytorch as cstorch
 import torch
 
 from accel_kit.devices.cerebras.data import repeat_input_fn
 from accel_kit.devices.cerebras.executor import StepExecutor
+from accel_kit.devices.types import BlockPointFields
 from accel_kit.models.family import layer_output as block_output
 
 
@@ -20,7 +19,8 @@ class BlockStep:
     (forward and backward), so that the compiled step has outputs a CS-2 would keep.
     """
 
-    def __init__(self, point: Any, module: torch.nn.Module, x: torch.Tensor, grad_out: torch.Tensor | None):
+    def __init__(self, point: BlockPointFields, module: torch.nn.Module, x: torch.Tensor,
+                 grad_out: torch.Tensor | None):
         self.compiled = cstorch.compile(module, cstorch.backend())
         self.values: list[float] = []
         params = [p for p in module.parameters() if p.requires_grad]

@@ -5,20 +5,22 @@ call them there (the CPU backend calls them in this process). They need no cereb
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import torch
+
+from accel_kit.devices.types import Batches, TrainPointFields
 
 # (point, vocab_size, rank) -> the point's (x, y) micro-batches: the engine's batch source of a training
 # point, handed in through the eager model (``eager.point_batches``), a module-level function that
 # pickles by its name.
-BatchSource = Callable[[Any, int, int], Iterator[tuple[torch.Tensor, torch.Tensor]]]
+BatchSource = Callable[[TrainPointFields, int, int], Batches]
 
 
 class _StepBatches(torch.utils.data.IterableDataset):
     """Each item is one optimizer step's batch: ``micro`` micro-batches of the point's source, stacked."""
 
-    def __init__(self, batch_source: BatchSource, point: Any, vocab_size: int, micro: int):
+    def __init__(self, batch_source: BatchSource, point: TrainPointFields, vocab_size: int, micro: int):
         super().__init__()
         self.batch_source, self.point, self.vocab_size, self.micro = batch_source, point, vocab_size, micro
 
@@ -29,7 +31,8 @@ class _StepBatches(torch.utils.data.IterableDataset):
             yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
-def point_input_fn(batch_source: BatchSource, point: Any, vocab_size: int, micro: int) -> torch.utils.data.DataLoader:
+def point_input_fn(batch_source: BatchSource, point: TrainPointFields, vocab_size: int,
+                   micro: int) -> torch.utils.data.DataLoader:
     """A torch DataLoader of the point's step batches: ``micro`` micro-batches of ``batch_source`` each.
 
     Args:

@@ -6,9 +6,9 @@ is known) and holds the next batch for the following call.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import cerebras.pytorch as cstorch
+
+from accel_kit.json_types import JSONObject
 
 
 class StepExecutor:
@@ -28,7 +28,7 @@ class StepExecutor:
         self.record(out)
         self._batch = next(self._it, None)  # the step's end: its closures run (record has its value)
 
-    def rate_tracker(self) -> dict[str, Any]:
+    def rate_tracker(self) -> JSONObject:
         """cstorch's own throughput: the executor profiler's rate tracker, now."""
         tracker = self.executor.profiler.rate_tracker
         return {"samples_per_s_cstorch": tracker.global_rate, "samples_per_s_cstorch_smoothed": tracker.rate,

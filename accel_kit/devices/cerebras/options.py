@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from accel_kit.devices._vendor import parse_options
+from accel_kit.devices.types import TrainPointFields
+from accel_kit.json_types import JSONObject
 
 ENV_PREFIX = "ACCEL_KIT_CEREBRAS_"
 PACKAGE = "cerebras-pytorch"
@@ -68,7 +70,7 @@ class CerebrasOptions(BaseModel):
         return self
 
     @classmethod
-    def from_sources(cls, options: dict[str, Any], environ: dict[str, str] | None = None) -> "CerebrasOptions":
+    def from_sources(cls, options: JSONObject, environ: dict[str, str] | None = None) -> "CerebrasOptions":
         """The YAML ``options`` with each ``ACCEL_KIT_CEREBRAS_<NAME>`` variable (parsed as YAML) on top."""
         from accel_kit.params import parse_value
 
@@ -90,7 +92,7 @@ class CerebrasOptions(BaseModel):
         return self.compile_only or self.validate_only
 
 
-def compiler_micro_batch(options: CerebrasOptions, point: Any):
+def compiler_micro_batch(options: CerebrasOptions, point: TrainPointFields):
     """The CS-2 compiler's micro-batch (``cstorch.backends.csx.performance.micro_batch_size``).
 
     On CSX, gradient accumulation is the compiler's: the traced step takes the whole step's batch

@@ -1,11 +1,11 @@
 """Weight sparsity through ``cstorch.sparse``: Static, magnitude (``topk``) masks, kept by cstorch."""
 from __future__ import annotations
 
-from typing import Any
-
 import cerebras.pytorch as cstorch
 import torch
 
+from accel_kit.devices.types import TrainPointFields
+from accel_kit.json_types import JSONObject
 from accel_kit.sparsity.execution import SparseExecution, declare_kind
 from accel_kit.sparsity.prune import prunable_layers
 
@@ -25,7 +25,7 @@ class CstorchSparsity:
     the trainer, after ``cstorch.compile`` and the optimizer, as cstorch requires) applies it.
     """
 
-    def __init__(self, model: torch.nn.Module, point: Any, backend_type: str):
+    def __init__(self, model: torch.nn.Module, point: TrainPointFields, backend_type: str):
         self.model, self.level, self.backend_type = model, float(point.sparsity), backend_type
         self.layers = prunable_layers(model) if self.level > 0 else []
         self.algorithm = None
@@ -61,7 +61,7 @@ class CstorchSparsity:
         """Each pruned layer's cstorch mask (True: kept), on the host."""
         return {name: self._host(linear.weight_mask).bool() for name, linear in self.layers}
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> JSONObject:
         """What a record says about the sparsity, measured from the weights and masks now."""
         fractions, zeros, total, kept, masked_nonzero = {}, 0, 0, 0, 0
         layers = self.layers or prunable_layers(self.model)

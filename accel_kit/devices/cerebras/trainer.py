@@ -15,20 +15,26 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import cerebras.pytorch as cstorch
 import torch
 
-from accel_kit.devices.cerebras.metrics import ADAMW_EPS, run_fields, same_window
 from accel_kit.devices.cerebras.backend import autocast
 from accel_kit.devices.cerebras.data import point_input_fn
 from accel_kit.devices.cerebras.executor import StepExecutor
+from accel_kit.devices.cerebras.metrics import ADAMW_EPS, run_fields, same_window
 from accel_kit.devices.cerebras.options import CerebrasOptions, compiler_micro_batch
+from accel_kit.devices.types import EagerRuntime, OptimSettings, TrainPointFields
+from accel_kit.json_types import JSONObject
 from accel_kit.precision import spec
 
+if TYPE_CHECKING:
+    from accel_kit.devices.cerebras.sparsity import CstorchSparsity
+    from accel_kit.timing import Timing
 
-def lr_schedule(optimizer, cfg: Any):
+
+def lr_schedule(optimizer, cfg: OptimSettings):
     """The schedule of every system's step (the engine's ``learning_rate``): linear warm-up to lr, then
     cosine decay to min_lr, as cstorch schedulers (stepped inside the trace, so compiled into the step)."""
     sched = cstorch.optim.lr_scheduler
@@ -39,7 +45,7 @@ def lr_schedule(optimizer, cfg: Any):
     return sched.SequentialLR(optimizer, [warmup, decay], milestones=[cfg.warmup_steps])
 
 
-def accumulation(options: CerebrasOptions, point: Any, backend_type: str) -> tuple[int, int, str]:
+def accumulation(options: CerebrasOptions, point: TrainPointFields, backend_type: str) -> tuple[int, int, str]:
     """(micro-batches the traced step runs, rows in each, where gradient accumulation happens).
 
     On the CPU backend the traced step runs the GAS micro-batches itself (a Python loop, unrolled
@@ -66,8 +72,8 @@ class CstorchSteps:
         sparsity: the point's ``CstorchSparsity`` (``make_sparsity``), attached after the optimizer.
     """
 
-    def __init__(self, point: Any, model: torch.nn.Module, options: CerebrasOptions, eager: Any, *,
-                 sparsity: Any = None):
+    def __init__(self, point: TrainPointFields, model: torch.nn.Module, options: CerebrasOptions,
+                 eager: EagerRuntime, *, sparsity: CstorchSparsity | None = None):
         # The engine Trainer's constructor is not called: it builds torch's AdamW, bf16 master weights
         # and torch.autocast, none of which a cstorch step uses. What its optimizer_step reads is set here.
         self.point, self.options, self.eager = point, options, eager
@@ -88,7 +94,7 @@ class CstorchSteps:
         self.gas, rows, self.gas_in = accumulation(options, point, self.backend_type)
         self._train_step = self._traced_step(rows)
         self.timed_steps = point.warmup_steps + point.steps
-        self._rate: dict[str, Any] = {}
+        self._rate: JSONObject = {}
         from accel_kit.models import family_of
 
         vocab_size = family_of(model.cfg).shape(model.cfg).vocab_size  # the data's token ids, below it
@@ -146,7 +152,7 @@ class CstorchSteps:
             raise self.eager.NonFiniteLoss(self.step_count, value)
         return value
 
-    def extra_metrics(self, timing=None) -> dict[str, Any]:
+    def extra_metrics(self, timing: Timing | None = None) -> JSONObject:
         """cstorch's own figures beside ours, for the record (``same_window`` says how they compare)."""
         return run_fields(self.precision, self.backend_type, self.gas_in) | self._rate | same_window(self._rate, timing)
 
