@@ -20,6 +20,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "accel_kit"
 # Each family's folder (its module's package): named-preset families and the file-preset ones (hf:PATH)
 FAMILY_DIRS = tuple(Path(sys.modules[type(f).__module__].__file__).parent
                     for f in [*FAMILIES.values(), *FILE_FAMILIES.values()])
+# ... and the decoder pieces the families are made of (attention, block, causal-LM skeleton, HF mapping): each
+# family builds them from its own config, so reading it there is the family's knowledge, written once.
+FAMILY_DIRS += (PACKAGE / "models" / "common",)
 # What usually names a model config in this code base.
 CONFIG_NAMES = {"cfg", "config", "model_cfg", "gpt_cfg", "llama_cfg"}
 
