@@ -88,7 +88,7 @@ def _with_experts_seen(cfg: HFConfig) -> HFConfig:
                                      n_moe_layers=layers))
 
 
-class TransformersCausalLM(Family):
+class TransformersCausalLM(Family[HFConfig]):
     """Any ``AutoModelForCausalLM`` architecture transformers knows, built from a config file with random weights."""
 
     name: ClassVar[str] = "hf"
