@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Iterable, Protocol, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -25,11 +25,20 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from accel_kit.flops import direction_factor
+from accel_kit.json_types import JSONObject
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from transformers import PretrainedConfig
+
+    from accel_kit.models.init import InitRule
+    from accel_kit.models.kv_cache import KVCache
+    from accel_kit.models.moe.parallel import ExpertShards
 
 IGNORE_INDEX = -100  # targets with this value (padding) do not count in any family's loss
 
 
-def run_blocks(blocks: Any, x: Any, *, checkpointing: bool, training: bool) -> Any:
+def run_blocks(blocks: Iterable[nn.Module], x: torch.Tensor, *, checkpointing: bool, training: bool) -> torch.Tensor:
     """``x`` through every block in turn; with ``checkpointing`` (training, grad on) each block keeps only
     its input and recomputes the rest in backward."""
     for block in blocks:
@@ -40,12 +49,12 @@ def run_blocks(blocks: Any, x: Any, *, checkpointing: bool, training: bool) -> A
     return x
 
 
-def lm_loss(logits: Any, targets: Any) -> Any:
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy in fp32 over every target that is not ``IGNORE_INDEX``: every family's training loss."""
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def unique_tensors(tensors: Any) -> list[torch.Tensor]:
+def unique_tensors(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """``tensors`` with each one's data once (layers that share a table hold one tensor, or views of one)."""
     seen: dict[tuple, torch.Tensor] = {}
     for t in tensors:
@@ -58,7 +67,7 @@ def unique_param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-def layer_output(out: Any) -> Any:
+def layer_output(out: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
     """The hidden states a layer returns: transformers 4.x's layers return a tuple, 5.x's and ours a tensor."""
     return out[0] if isinstance(out, tuple) else out
 
@@ -115,7 +124,7 @@ class ModelShape:
     n_moe_layers: int = 0
     expert_kernel: str | None = None  # how the experts' products ran ("grouped_mm", "loop"); None: no experts
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONObject:
         """The record fields of the shape (``family``, ``n_layers``, ``n_kv_heads``, ``ffn_hidden_size`` ...);
         the tokenizer's vocabulary is a point parameter already, so it is left out, and so is an
         architecture our family's name already says, and the expert fields of a dense model."""
@@ -207,7 +216,7 @@ def rows_grouped_by_shard(t: torch.Tensor, widths: list[int], parts: int) -> tor
     return torch.cat([c[r] for r in range(parts) for c in chunks], dim=0)
 
 
-def shard_block(block: nn.Module, tp_mesh: Any, colwise: list[str], rowwise: list[str]) -> None:
+def shard_block(block: nn.Module, tp_mesh: DeviceMesh, colwise: list[str], rowwise: list[str]) -> None:
     """DTensor tensor parallelism on one block: ``colwise`` linears (by name in the block) split their output
     rows over ``tp_mesh``, ``rowwise`` ones their input columns, and all-reduce their output (Megatron-LM's
     pairing: one all-reduce per pair forward, one backward)."""
@@ -232,7 +241,20 @@ class PipelineStages:
     head: tuple[str, ...]
 
 
-class Family(ABC):
+class KernelAdvisor(Protocol):
+    """What ``Family.kernel_overrides`` asks of a device adapter (``accel_kit.devices.base.BaseAdapter``, which
+    models/ may not import: devices/ imports the models)."""
+
+    def torch_device(self) -> torch.device: ...
+
+    def nn_weight_gradient_pays(self, dtype: torch.dtype) -> bool: ...
+
+
+#: A family's own config (its ``config_type``): every ``Family`` method takes the one its family builds.
+C = TypeVar("C")
+
+
+class Family(ABC, Generic[C]):
     """One model family. Subclasses set the class attributes and answer the methods from a config.
 
     Every method takes the family's own config (``config_type``); the engine gets one from
@@ -241,7 +263,7 @@ class Family(ABC):
 
     name: ClassVar[str]
     config_type: ClassVar[type]
-    presets: ClassVar[dict[str, Any]]
+    presets: ClassVar[dict[str, object]]  # preset -> its config (a ``config_type``)
     sources: ClassVar[dict[str, str]]  # preset -> where its shape comes from
     overridable: ClassVar[tuple[str, ...]]  # config fields a point may override (vocab_size, seq_len ...)
     hf_model_class: ClassVar[str]  # transformers' class of the same architecture, e.g. "LlamaForCausalLM"
@@ -252,7 +274,7 @@ class Family(ABC):
     # --- building
 
     @abstractmethod
-    def build(self, cfg: Any, *, activation_checkpointing: bool = False) -> nn.Module:
+    def build(self, cfg: C, *, activation_checkpointing: bool = False) -> nn.Module:
         """The model, randomly initialised as the family initialises it (``init_rule``), on the current default
         device in the default dtype: made on the meta device, allocated there and drawn by parameter name
         (``accel_kit.models.init.initialised``); under ``torch.device("meta")`` its shape alone, nothing drawn.
@@ -260,7 +282,7 @@ class Family(ABC):
         ``forward(idx (B, T), targets (B, T) | None) -> (logits, loss)``."""
 
     @abstractmethod
-    def build_layer(self, cfg: Any, impl: str = "native") -> nn.Module:
+    def build_layer(self, cfg: C, impl: str = "native") -> nn.Module:
         """One transformer layer, ``(B, T, h) -> (B, T, h)``: ours (``native``, initialised as ``build``'s
         layers) or transformers' (``hf``)."""
 
@@ -268,7 +290,7 @@ class Family(ABC):
     # ``build_deferred``); False: the family's models initialise themselves (transformers' own, the hf family).
     init_by_name: ClassVar[bool] = True
 
-    def init_rule(self, cfg: Any) -> Any:
+    def init_rule(self, cfg: C) -> InitRule:
         """How each parameter of the family's models (and of a layer alone) starts, by its name: an
         ``accel_kit.models.init.InitRule``. The one place the family's initialisation is written."""
         raise NotImplementedError(f"the {self.name} family initialises its models itself")
@@ -276,13 +298,13 @@ class Family(ABC):
     # --- shape and work
 
     @abstractmethod
-    def shape(self, cfg: Any) -> ModelShape: ...
+    def shape(self, cfg: C) -> ModelShape: ...
 
     @abstractmethod
-    def layer_flop_terms(self, cfg: Any, seq_len: int) -> FlopTerms:
+    def layer_flop_terms(self, cfg: C, seq_len: int) -> FlopTerms:
         """Forward FLOPs per token of one layer at ``seq_len`` (no logits)."""
 
-    def flop_terms(self, cfg: Any, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
+    def flop_terms(self, cfg: C, seq_len: int, *, micro_batch: int = 1) -> FlopTerms:
         """Forward FLOPs per token of the whole model: its layers and the output projection (2 h V).
 
         ``micro_batch``: the batch a family that counts its FLOPs counts at (``accel_kit.models.hf``);
@@ -292,11 +314,11 @@ class Family(ABC):
         return FlopTerms(shape.n_layers * layer.matmul, shape.n_layers * layer.attention,
                          2 * shape.hidden_size * shape.vocab_size_model)
 
-    def flops_source(self, cfg: Any, seq_len: int, *, micro_batch: int = 1) -> str:
+    def flops_source(self, cfg: C, seq_len: int, *, micro_batch: int = 1) -> str:
         """Where ``flop_terms`` come from, for the record: ``analytic`` (our families' formulas) or ``counted``."""
         return "analytic"
 
-    def ran_fields(self, model: nn.Module) -> dict[str, Any]:
+    def ran_fields(self, model: nn.Module) -> JSONObject:
         """Record fields only the model knows once it has run (a MoE model's experts' kernel: torch.compile may
         have chosen another than the config's); they replace the shape's. None by default."""
         return {}
@@ -310,14 +332,14 @@ class Family(ABC):
         return None
 
     @abstractmethod
-    def gemm_shapes(self, cfg: Any, tokens: int) -> tuple[tuple[int, int, int], ...]:
+    def gemm_shapes(self, cfg: C, tokens: int) -> tuple[tuple[int, int, int], ...]:
         """The (M, K, N) products of one layer's linears on ``tokens`` rows, in forward order: the
         products ``layer_flop_terms`` counts as matmul, so a measured peak can use the workload's shapes."""
 
     # --- memory
 
     @abstractmethod
-    def activation_bytes_per_layer(self, cfg: Any, micro_batch: int, seq_len: int, *, flash_attention: bool,
+    def activation_bytes_per_layer(self, cfg: C, micro_batch: int, seq_len: int, *, flash_attention: bool,
                                    tp: int = 1) -> int:
         """Bytes one layer keeps for backward with 16-bit activations (Korthikanti et al. 2022's accounting),
         on one of ``tp`` tensor-parallel ranks: the tensors inside attention and the MLP (split by heads and
@@ -325,17 +347,17 @@ class Family(ABC):
         (no sequence parallelism here), after Korthikanti et al. section 4.2."""
 
     @abstractmethod
-    def layer_weight_count(self, cfg: Any) -> int:
+    def layer_weight_count(self, cfg: C) -> int:
         """Weights of one layer's linears that occupy memory (the microbenchmark's memory floor): every
         expert of a mixture-of-experts layer, not only those a token is routed to."""
 
-    def inactive_weight_count(self, cfg: Any) -> int:
+    def inactive_weight_count(self, cfg: C) -> int:
         """Parameters of the whole model that a token does not multiply: the routed experts beyond its top-k,
         in every MoE layer. ``n_params - inactive_weight_count`` is the active count (``n_params_active``),
         the weights a token's FLOPs are counted on. 0 for a dense model."""
         return 0
 
-    def expert_weight_count(self, cfg: Any) -> int:
+    def expert_weight_count(self, cfg: C) -> int:
         """Weights of every routed expert of the whole model: what expert parallelism shards over its ep ranks
         (the memory estimate). By default from ``inactive_weight_count``: a MoE layer's experts are all of one
         size, so the E - k a token skips are (E - k) / E of them; 0 for a dense model, or where every expert is
@@ -346,7 +368,7 @@ class Family(ABC):
 
     # --- inference (a static KV cache; ``accel_kit.models.generate`` runs it, docs/inference.md)
 
-    def why_not_generating(self, cfg: Any) -> str | None:
+    def why_not_generating(self, cfg: C) -> str | None:
         """Why the config's model does not generate text (an encoder ...), or None where it does: the inference
         study refuses such a preset before any point. Our own families build causal LMs: None."""
         return None
@@ -361,18 +383,19 @@ class Family(ABC):
         (``accel_kit.models.generate``, impl ``compiled``), or None where it can."""
         return None
 
-    def context_length(self, cfg: Any) -> int:
+    def context_length(self, cfg: C) -> int:
         """The positions the model is built for: a generation's prompt plus new tokens may not exceed it."""
         raise NotImplementedError(f"the {self.name} family does not say its context length")
 
-    def new_kv_cache(self, cfg: Any, batch: int, max_len: int, *, dtype: torch.dtype, device: Any) -> Any:
+    def new_kv_cache(self, cfg: C, batch: int, max_len: int, *, dtype: torch.dtype,
+                     device: torch.device | str) -> KVCache:
         """A zeroed ``KVCache`` for ``batch`` sequences of up to ``max_len`` positions (prompt plus new tokens)."""
         from accel_kit.models.kv_cache import KVCache
 
         s = self.shape(cfg)
         return KVCache.allocate(s.n_layers, batch, s.n_kv_heads, max_len, s.head_dim, dtype=dtype, device=device)
 
-    def kv_cache_bytes(self, cfg: Any, batch: int, seq_len: int, dtype_bytes: int) -> int:
+    def kv_cache_bytes(self, cfg: C, batch: int, seq_len: int, dtype_bytes: int) -> int:
         """Bytes of the KV cache holding ``seq_len`` positions of ``batch`` sequences.
 
         Per layer, position and sequence: one key and one value (2) of n_kv_heads x head_dim elements each
@@ -381,7 +404,7 @@ class Family(ABC):
         s = self.shape(cfg)
         return 2 * s.n_layers * batch * seq_len * s.n_kv_heads * s.head_dim * dtype_bytes
 
-    def prefill_flops(self, cfg: Any, batch: int, prompt_len: int) -> int:
+    def prefill_flops(self, cfg: C, batch: int, prompt_len: int) -> int:
         """Forward FLOPs of the prefill of ``batch`` prompts of ``prompt_len`` tokens.
 
         Every prompt token passes every layer: ``layer_flop_terms`` at seq_len = prompt_len, whose weight
@@ -395,7 +418,7 @@ class Family(ABC):
         per_prompt_token = s.n_layers * (layer.matmul + layer.attention)
         return batch * (prompt_len * per_prompt_token + 2 * s.hidden_size * s.vocab_size_model)
 
-    def decode_step_flops(self, cfg: Any, batch: int, cache_len: int) -> int:
+    def decode_step_flops(self, cfg: C, batch: int, cache_len: int) -> int:
         """Forward FLOPs of one decode step of ``batch`` sequences attending over ``cache_len`` cached positions
         (the new token's own included).
 
@@ -405,7 +428,7 @@ class Family(ABC):
         2 h V."""
         return batch * self.flop_terms(cfg, cache_len).forward
 
-    def decode_weight_count(self, cfg: Any, batch: int) -> int:
+    def decode_weight_count(self, cfg: C, batch: int) -> int:
         """Weights one decode step of ``batch`` sequences reads from memory: every layer's linears a token of
         the batch multiplies, and the output projection (h x V_padded, read whole for the logits).
 
@@ -419,7 +442,7 @@ class Family(ABC):
         return s.n_layers * self.layer_weight_count(cfg) - self.inactive_weight_count(cfg) \
             + s.hidden_size * s.vocab_size_model
 
-    def decode_step_bytes(self, cfg: Any, batch: int, cache_len: int, *, weight_bytes: int, kv_bytes: int) -> int:
+    def decode_step_bytes(self, cfg: C, batch: int, cache_len: int, *, weight_bytes: int, kv_bytes: int) -> int:
         """Bytes one decode step reads: the weights it multiplies once each (``decode_weight_count``, read once
         for the whole batch: a GEMV batch shares them) plus the KV cache's K and V at ``cache_len`` positions
         (``kv_cache_bytes``), each read once by the attention. Activations (B x h per layer) and the logits
@@ -440,7 +463,7 @@ class Family(ABC):
     # The family's models run one pipeline stage's part alone (``stage_forward``); the layout check asks.
     pipeline_parallel: ClassVar[bool] = False
 
-    def stage_forward(self, model: nn.Module, x: Any, *, first: bool, last: bool) -> Any:
+    def stage_forward(self, model: nn.Module, x: torch.Tensor, *, first: bool, last: bool) -> torch.Tensor:
         """One pipeline stage's forward on ``model`` holding only the stage's parts (``PipelineStages``).
 
         ``x``: token ids (B, T) on the first stage, else the previous stage's hidden states (B, T, h).
@@ -459,7 +482,7 @@ class Family(ABC):
     # The family has a tensor-parallel plan (``apply_tensor_parallel``); the layout check asks.
     tensor_parallel: ClassVar[bool] = False
 
-    def apply_tensor_parallel(self, model: nn.Module, tp_mesh: Any) -> None:
+    def apply_tensor_parallel(self, model: nn.Module, tp_mesh: DeviceMesh) -> None:
         """Shard every block of ``model`` over ``tp_mesh`` in place (heads and MLP width split, attention
         run on the local heads); the embedding, the final norm and the head stay replicated."""
         raise NotImplementedError(f"the {self.name} family has no tensor-parallel plan")
@@ -468,7 +491,7 @@ class Family(ABC):
     # the layout check asks.
     expert_parallel: ClassVar[bool] = False
 
-    def apply_expert_parallel(self, model: nn.Module, ep_mesh: Any) -> Any:
+    def apply_expert_parallel(self, model: nn.Module, ep_mesh: DeviceMesh) -> ExpertShards:
         """Shard every MoE layer's routed experts of ``model`` over ``ep_mesh`` in place (E / ep experts a rank,
         tokens exchanged by all-to-all); returns what its dispatchers measure (``accel_kit.models.moe.parallel``)."""
         raise NotImplementedError(f"the {self.name} family has no expert-parallel plan")
@@ -505,27 +528,27 @@ class Family(ABC):
         """Our model holding a copy of a transformers model's weights."""
         return self._conversion().from_hf(hf_model)
 
-    def hf_config(self, cfg: Any) -> Any:
+    def hf_config(self, cfg: C) -> PretrainedConfig:
         """transformers' config of the same shape (SDPA attention, no dropout unless the config has it)."""
         return self._conversion().hf_config(cfg)
 
     # --- configs as data (a compile process of its own rebuilds the model from them)
 
-    def config_dict(self, cfg: Any) -> dict[str, Any]:
+    def config_dict(self, cfg: C) -> JSONObject:
         return asdict(cfg)
 
-    def config_from_dict(self, data: dict[str, Any]) -> Any:
+    def config_from_dict(self, data: JSONObject) -> C:
         """The inverse of ``config_dict``; a family with nested config records overrides it."""
         return self.config_type(**data)
 
     # --- overrides
 
-    def kernel_overrides(self, adapter: Any, dtype: torch.dtype) -> dict[str, Any]:
+    def kernel_overrides(self, adapter: KernelAdvisor, dtype: torch.dtype) -> dict[str, object]:
         """Config overrides (fields in ``overridable``) of the kernel choices the family makes from the device
         adapter's answers (``accel_kit.devices.base.BaseAdapter``) for a point in ``dtype``; none by default."""
         return {}
 
-    def with_overrides(self, cfg: Any, **overrides: Any) -> Any:
+    def with_overrides(self, cfg: C, **overrides: object) -> C:
         """``cfg`` with ``overrides`` (fields in ``overridable``; None leaves a field as it is)."""
         from dataclasses import replace
 

@@ -40,9 +40,8 @@ import functools
 import math
 from dataclasses import dataclass
 
-from typing import Any
-
 from accel_kit.mesh import ParallelLayout
+from accel_kit.models.family import Family
 from accel_kit.models.registry import family_of
 from accel_kit.precision import spec
 
@@ -79,7 +78,7 @@ class _Stage:
     chunks_in_flight: int  # micro-batch chunks whose activations it keeps at once
 
 
-def _stages(cfg: Any, family: Any, n_params: int, layout: ParallelLayout) -> list[_Stage]:
+def _stages(cfg: object, family: Family, n_params: int, layout: ParallelLayout) -> list[_Stage]:
     """The stages whose worst is the estimate: the only one without a pipeline; else the first and the last."""
     layers = family.shape(cfg).n_layers
     block = family.layer_weight_count(cfg)
@@ -96,7 +95,7 @@ def _stages(cfg: Any, family: Any, n_params: int, layout: ParallelLayout) -> lis
 
 
 @functools.lru_cache(maxsize=16)  # a build on the meta device per call: a tune predicts hundreds of pipelines
-def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]:
+def _stage_weights(cfg: object, family: Family, n_params: int) -> tuple[int, int, int]:
     """Weights of the embedding, of one whole block and of the head (a tied projection counted in both
     ends: a pipeline's last stage holds its own copy), from the family's stage split on the meta device;
     a family without one: everything but the blocks at both ends."""
@@ -117,7 +116,7 @@ def _stage_weights(cfg: Any, family: Any, n_params: int) -> tuple[int, int, int]
     return count(split.embedding), sum(p.numel() for p in first_block.parameters()), count(split.head)
 
 
-def weights_per_device(cfg: Any, n_params: int, layout: ParallelLayout) -> int:
+def weights_per_device(cfg: object, n_params: int, layout: ParallelLayout) -> int:
     """Parameters one device computes with in ``layout`` (before FSDP's sharding over dp): its share of
     the blocks' linears over tp and the rest whole, on a pipeline's larger end stage."""
     family = family_of(cfg)
@@ -126,7 +125,7 @@ def weights_per_device(cfg: Any, n_params: int, layout: ParallelLayout) -> int:
     return max(s.blocks * block_local + s.rest_weights for s in _stages(cfg, family, n_params, layout)) - unheld
 
 
-def _experts_not_held(cfg: Any, family: Any, layout: ParallelLayout) -> int:
+def _experts_not_held(cfg: object, family: Family, layout: ParallelLayout) -> int:
     """The routed experts' weights a device does not hold under expert parallelism: (1 - 1/ep) of what it would
     (the experts' share of the blocks' linears, over tp as ``layer_weight_count``'s is); 0 without ep."""
     if layout.ep == 1:
@@ -135,7 +134,7 @@ def _experts_not_held(cfg: Any, family: Any, layout: ParallelLayout) -> int:
     return experts - experts // layout.ep
 
 
-def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
+def estimate_training_memory(cfg: object, n_params: int, micro_batch: int, seq_len: int, precision: str, *,
                              activation_checkpointing: bool = False, flash_attention: bool = True,
                              layout: ParallelLayout = ParallelLayout()) -> MemoryEstimate:
     """Bytes one device needs to train ``cfg`` (any family's config) at (micro_batch, seq_len) with AdamW
@@ -150,7 +149,7 @@ def estimate_training_memory(cfg: Any, n_params: int, micro_batch: int, seq_len:
     return max(stages, key=lambda e: e.total_bytes)
 
 
-def _stage_estimate(cfg: Any, family: Any, n_params: int, micro_batch: int, seq_len: int, precision: str,
+def _stage_estimate(cfg: object, family: Family, n_params: int, micro_batch: int, seq_len: int, precision: str,
                     stage: _Stage, layout: ParallelLayout, *, activation_checkpointing: bool,
                     flash_attention: bool) -> MemoryEstimate:
     kind = spec(precision)
@@ -202,7 +201,7 @@ def fits(estimate: MemoryEstimate, device_bytes: int | None, *, usable_fraction:
     return device_bytes is None or estimate.total_bytes <= usable_fraction * device_bytes
 
 
-def estimate_block_memory(cfg: Any, batch: int, seq_len: int, dtype_bytes: int, *, backward: bool) -> int:
+def estimate_block_memory(cfg: object, batch: int, seq_len: int, dtype_bytes: int, *, backward: bool) -> int:
     """Bytes one layer's microbenchmark point needs, at least: weights (and their gradients), input
     and output, and the activations backward keeps (the family's 16-bit figure, scaled to
     ``dtype_bytes``), with fused attention (no score matrix).

@@ -7,7 +7,7 @@ line in ``FAMILIES``. Preset names are unique across families. A family whose pr
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -29,8 +29,8 @@ FAMILIES: dict[str, Family] = {
 FILE_FAMILIES: dict[str, Family] = {HF.prefix: HF}
 
 
-def _presets() -> dict[str, tuple[Family, Any]]:
-    table: dict[str, tuple[Family, Any]] = {}
+def _presets() -> dict[str, tuple[Family, object]]:
+    table: dict[str, tuple[Family, object]] = {}
     for family in FAMILIES.values():
         for name, cfg in family.presets.items():
             if name in table:
@@ -40,10 +40,10 @@ def _presets() -> dict[str, tuple[Family, Any]]:
 
 
 _TABLE = _presets()
-PRESETS: dict[str, Any] = {name: cfg for name, (_, cfg) in _TABLE.items()}  # every family's, in family order
+PRESETS: dict[str, object] = {name: cfg for name, (_, cfg) in _TABLE.items()}  # every family's, in family order
 
 
-def family_of(preset_or_config: Any) -> Family:
+def family_of(preset_or_config: str | object) -> Family:
     """The family of a preset name, or of a config (by its type)."""
     if isinstance(preset_or_config, str):
         # a file preset's family by its prefix alone: its file is read where its config is asked for
@@ -72,7 +72,7 @@ def family_of_model(model: nn.Module) -> Family:
     raise TypeError(f"{type(model).__name__} holds no model of a registered family (no .cfg of one)")
 
 
-def _entry(preset: str) -> tuple[Family, Any]:
+def _entry(preset: str) -> tuple[Family, object]:
     """The family and base config of a preset name, or of a file preset (its file read and checked)."""
     family = _file_family(preset)
     if family is not None:
@@ -100,7 +100,7 @@ def check_preset(preset: str, where: str = "preset") -> None:
         raise ParameterError(f"parameter {where!r}: {exc}") from None
 
 
-def get_config(preset: str, **overrides: Any) -> Any:
+def get_config(preset: str, **overrides: object) -> object:
     """The preset's config with ``overrides`` (those its family allows; None leaves a field as it is)."""
     family, cfg = _entry(preset)
     return family.with_overrides(cfg, **overrides)
@@ -134,8 +134,8 @@ def building_on(device: torch.device | str, dtype: torch.dtype = torch.float32) 
         torch.set_default_dtype(old)
 
 
-def materialize(preset_or_config: Any, *, device: torch.device | str, dtype: torch.dtype = torch.float32,
-                activation_checkpointing: bool = False, **overrides: Any) -> nn.Module:
+def materialize(preset_or_config: str | object, *, device: torch.device | str, dtype: torch.dtype = torch.float32,
+                activation_checkpointing: bool = False, **overrides: object) -> nn.Module:
     """A preset's (or a config's) model built on ``device`` in ``dtype``, randomly initialised as its family does
     (seed the generator first): no host copy, no fp32 copy of a 16-bit model (``building_on``).
 
@@ -147,20 +147,20 @@ def materialize(preset_or_config: Any, *, device: torch.device | str, dtype: tor
         return family_of(cfg).build(cfg, activation_checkpointing=activation_checkpointing)
 
 
-def _config(preset_or_config: Any, overrides: dict[str, Any]) -> Any:
+def _config(preset_or_config: str | object, overrides: dict[str, object]) -> object:
     return get_config(preset_or_config, **overrides) if isinstance(preset_or_config, str) else preset_or_config
 
 
 def build_model(preset: str, *, activation_checkpointing: bool = False, device: torch.device | str | None = None,
-                dtype: torch.dtype = torch.float32, **overrides: Any) -> nn.Module:
+                dtype: torch.dtype = torch.float32, **overrides: object) -> nn.Module:
     """Instantiate a preset, randomly initialised as its family does, on ``device`` (the host by default) in
     ``dtype`` (``materialize``)."""
     return materialize(preset, device=device or "cpu", dtype=dtype, activation_checkpointing=activation_checkpointing,
                        **overrides)
 
 
-def build_deferred(preset_or_config: Any, *, dtype: torch.dtype = torch.float32, activation_checkpointing: bool = False,
-                   **overrides: Any) -> nn.Module:
+def build_deferred(preset_or_config: str | object, *, dtype: torch.dtype = torch.float32, activation_checkpointing: bool = False,
+                   **overrides: object) -> nn.Module:
     """The model on the meta device in ``dtype``, its initialisation pending: the seed is drawn now, where
     ``materialize`` would draw it. Lay it out first (``fully_shard``, ``parallelize_module``: on meta tensors they
     allocate nothing), then ``materialize_deferred`` allocates each rank's shards and draws them, which hold what
@@ -188,14 +188,14 @@ def materialize_deferred(model: nn.Module, device: torch.device | str) -> nn.Mod
     return model
 
 
-def count_params(preset: str, **overrides: Any) -> int:
+def count_params(preset: str, **overrides: object) -> int:
     """Parameter count without allocating memory (the model is built on the meta device)."""
     cfg = get_config(preset, **overrides)
     with torch.device("meta"):
         return family_of(cfg).build(cfg).num_params()
 
 
-def count_active_params(preset: str, **overrides: Any) -> int:
+def count_active_params(preset: str, **overrides: object) -> int:
     """Parameters a token multiplies (``count_params`` less the routed experts beyond its top-k); equal to
     ``count_params`` for a dense model."""
     cfg = get_config(preset, **overrides)

@@ -13,13 +13,16 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from accel_kit.errors import AccelKitError, DataError, ParameterError
 from accel_kit.report import findings, page
 from accel_kit.report.context import Context, Section
 from accel_kit.report.records import RecordSet, collect
 from accel_kit.report.sections import SECTIONS
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 def title_for(studies: Iterable[str]) -> str:
@@ -43,7 +46,7 @@ class Report:
     images: list[Path] = field(default_factory=list)
 
     @property
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Figure]:
         """The page's plotly figures by their element id."""
         return {div: fig for s in self.sections for div, fig in s.figures}
 
@@ -133,7 +136,7 @@ NO_BROWSER = ("static images need Chrome or Chromium, which kaleido drives: apt-
               "or set BROWSER_PATH to a Chrome/Chromium binary; the HTML report was written")
 
 
-def export_images(figures: dict[str, Any], folder: Path, formats: Sequence[str]) -> list[Path]:
+def export_images(figures: dict[str, Figure], folder: Path, formats: Sequence[str]) -> list[Path]:
     """Each figure as ``folder/<id>.<format>``, all in one kaleido session (one browser start)."""
     import plotly.io as pio
 
@@ -174,7 +177,7 @@ def export_images(figures: dict[str, Any], folder: Path, formats: Sequence[str])
 NOTEBOOK_NAMES = ("folders", "systems", "out", "by_run", "image_formats")
 
 
-def run_notebook(namespace: dict[str, Any]) -> Report:
+def run_notebook(namespace: dict[str, object]) -> Report:
     """Build the report from ``notebooks/report.ipynb``, whose parameters cell set ``namespace``.
 
     An injected parameter the notebook does not declare is an error (papermill would only warn).

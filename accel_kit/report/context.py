@@ -9,14 +9,21 @@ computes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, Union
 
 import pandas as pd
 
 import accel_kit.report.render as R
 from accel_kit.report.records import RecordSet
 from accel_kit.report.render import Citations, Table
+from accel_kit.json_types import JSONObject
 from accel_kit.results import Record
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
+
+# what a section holds, in order: ("html", its HTML), ("table", a Table) or ("figure", (element id, figure))
+Part = Union[str, Table, tuple[str, "Figure"]]
 
 
 @dataclass
@@ -25,7 +32,7 @@ class Section:
 
     id: str
     title: str
-    parts: list[tuple[str, Any]] = field(default_factory=list)
+    parts: list[tuple[str, Part]] = field(default_factory=list)
 
     def text(self, html: str) -> "Section":
         self.parts.append(("html", html))
@@ -35,12 +42,12 @@ class Section:
         self.parts.append(("table", table))
         return self
 
-    def figure(self, div_id: str, fig) -> "Section":
+    def figure(self, div_id: str, fig: Figure) -> "Section":
         self.parts.append(("figure", (div_id, fig)))
         return self
 
     @property
-    def figures(self) -> list[tuple[str, Any]]:
+    def figures(self) -> list[tuple[str, Figure]]:
         return [p for kind, p in self.parts if kind == "figure"]
 
     @property
@@ -61,7 +68,7 @@ class Context:
     def rec(self, record_id: str) -> Record:
         return self.records.by_id[record_id]
 
-    def metrics(self, record_id: str) -> dict[str, Any]:
+    def metrics(self, record_id: str) -> JSONObject:
         return self.rec(record_id).metrics
 
     def study(self, name: str) -> pd.DataFrame:

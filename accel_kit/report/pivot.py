@@ -7,7 +7,7 @@ says why: no record of that point (``not run``), or the record's own status and 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import pandas as pd
 
@@ -18,7 +18,7 @@ from accel_kit.report.context import Context
 from accel_kit.report.render import Table, esc
 
 
-def _sort_value(value: Any):
+def _sort_value(value: object) -> tuple[int, float, str]:
     from accel_kit.models import PRESETS
 
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from accel_kit.results import Record
 
@@ -20,11 +20,11 @@ NOT_RUN = "not run"
 NOT_MEASURED = "not measured"
 
 
-def esc(text: Any) -> str:
+def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def is_missing(value: Any) -> bool:
+def is_missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
@@ -50,7 +50,7 @@ def fmt_ratio(value: float) -> str:
     return f"{float(value):.2f}×"
 
 
-def fmt_key(value: Any) -> str:
+def fmt_key(value: object) -> str:
     """A parameter value as a reader writes it: 2, not 2.0; "-" for none."""
     if is_missing(value):
         return "-"
@@ -59,7 +59,7 @@ def fmt_key(value: Any) -> str:
     return str(value)
 
 
-def short(text: Any, limit: int = 110) -> str:
+def short(text: object, limit: int = 110) -> str:
     text = " ".join(("" if is_missing(text) else fmt_key(text)).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -80,7 +80,7 @@ class Cell:
         return self.status == "ok"
 
 
-def value_cell(value: Any, records: Sequence[str], fmt: Callable[[float], str] = fmt_num, *,
+def value_cell(value: float | None, records: Sequence[str], fmt: Callable[[float], str] = fmt_num, *,
                reason: str | None = None) -> Cell:
     """A measured value, or ``not measured`` with ``reason`` when it is missing."""
     if is_missing(value):
@@ -88,7 +88,7 @@ def value_cell(value: Any, records: Sequence[str], fmt: Callable[[float], str] =
     return Cell(fmt(value), tuple(records), value=float(value))
 
 
-def text_cell(text: Any, records: Sequence[str], *, reason: str | None = None) -> Cell:
+def text_cell(text: object, records: Sequence[str], *, reason: str | None = None) -> Cell:
     if is_missing(text) or str(text) == "":
         return Cell(NOT_MEASURED, tuple(records), NOT_MEASURED, reason or "the record has no value for this")
     return Cell(str(text), tuple(records))
@@ -203,7 +203,7 @@ class Table:
     column_notes: dict[str, str] = field(default_factory=dict)  # shown under a column's name
     caption: str = ""
 
-    def add(self, key: Sequence[Any], cells: list[Cell]) -> None:
+    def add(self, key: Sequence[object], cells: list[Cell]) -> None:
         assert len(cells) == len(self.columns), (key, len(cells), len(self.columns))
         self.rows.append((tuple(str(k) for k in key), cells))
 

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
@@ -27,7 +27,12 @@ from accel_kit.errors import ParameterError
 from accel_kit.paths import output_dir as _output_dir
 from accel_kit.paths import output_dir_origin, writable_dir
 from accel_kit.studies.study import Headline, ReportTable, Row, Study
-from accel_kit.systems import load_system
+from accel_kit.json_types import JSONObject, JSONValue
+from accel_kit.params import StudyParams
+from accel_kit.systems import System, load_system
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 # Study name -> the module that declares its ``STUDY``, imported when the study is first asked for. Adding a
 # study is its module, its params/<study>/ profiles and one line here.
@@ -77,7 +82,7 @@ class StudyRun:
     records: list[results.Record]
     profile: str | None = "quick"
     # What the run was given beyond its profile (None = the profile's value), for the re-run command.
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: JSONObject = field(default_factory=dict)
     output_dir: str | Path | None = None  # as given (None: $ACCEL_KIT_OUTPUT_DIR or <project>/outputs)
 
     @property
@@ -149,7 +154,7 @@ class StudyRun:
                              if rec.params.get("precision"))
         return "Precision that ran: " + " | ".join(seen) if seen else "Precision: no point recorded one."
 
-    def figures(self, save: bool = True) -> dict[str, Any]:
+    def figures(self, save: bool = True) -> dict[str, Figure]:
         """The study's figures over every system's latest records under ``study_dir``."""
         return figures(self.study, self.study_dir, save=save)
 
@@ -157,7 +162,7 @@ class StudyRun:
         """Where the cross-system report is and how to rebuild it (the last line of a study notebook)."""
         return report_line(self.study_dir.parent)
 
-    def show_figures(self) -> dict[str, Any]:
+    def show_figures(self) -> dict[str, Figure]:
         """Show (and save) the figures; when there is nothing to draw, say why instead of staying blank."""
         figs = self.figures(save=True)
         for fig in figs.values():
@@ -182,7 +187,7 @@ class StudyRun:
 
 
 def rerun_command(study: str, system: str = "cpu", profile: str | None = "quick",
-                  overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None) -> str:
+                  overrides: JSONObject | None = None, output_dir: str | Path | None = None) -> str:
     """The ``accel-kit run`` command that measures afresh the points of a run of ``study`` with these
     arguments, quoted for a POSIX shell: the same points, since it passes the same parameters."""
     import json
@@ -200,7 +205,7 @@ def rerun_command(study: str, system: str = "cpu", profile: str | None = "quick"
 
 
 def rerun_how(study: str, system: str = "cpu", profile: str | None = "quick",
-              overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None) -> str:
+              overrides: JSONObject | None = None, output_dir: str | Path | None = None) -> str:
     """The one way to measure afresh points already recorded (README, "Exploring in JupyterLab")."""
     return (f"set rerun = True in the parameters cell (papermill -p rerun true; "
             f"{rerun_command(study, system, profile, overrides, output_dir)})")
@@ -228,14 +233,14 @@ def records_path(study_dir: Path, system: str) -> Path:
     return study_dir / f"{system}.jsonl"
 
 
-def resolve(study: str, profile: str | None = "quick", **overrides: Any):
+def resolve(study: str, profile: str | None = "quick", **overrides: JSONValue) -> StudyParams:
     """The study's validated parameters for ``profile`` with ``overrides`` (None = profile default)."""
     return _params.resolve(get_study(study).params, study, profile, overrides)
 
 
 def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
               output_dir: str | Path | None = None, progress: bool = True, rerun: bool = False,
-              **overrides: Any) -> StudyRun:
+              **overrides: JSONValue) -> StudyRun:
     """Run ``study`` on ``system`` with ``profile`` and overrides; records go to outputs/<study>/<system>.jsonl.
 
     A point recorded before with the same parameters is not measured again (resume) unless ``rerun``.
@@ -257,7 +262,7 @@ def run_study(study: str, system: str = "cpu", profile: str | None = "quick", *,
                     overrides={k: v for k, v in overrides.items() if v is not None}, output_dir=output_dir)
 
 
-def run_declared(declared: Study, params: Any, system: Any, *, records_path: Path, run_id: str,
+def run_declared(declared: Study, params: StudyParams, system: System, *, records_path: Path, run_id: str,
                  profile: str | None = None, progress: bool = True, rerun: bool = False) -> list[results.Record]:
     """The generic runner: the study's declared points (``declared.points(params, system)``, of any kind), each in
     its own process (``accel_kit.engine.sweep.run_sweep``); one record each. The records' params are each
@@ -283,7 +288,7 @@ NOTEBOOK_NAMES = ("system", "profile", "output_dir", "rerun")
 NOTEBOOK_PROFILE_ENV = "ACCEL_KIT_NOTEBOOK_PROFILE"
 
 
-def run_notebook(study: str, namespace: dict[str, Any], *, progress: bool = True) -> StudyRun:
+def run_notebook(study: str, namespace: dict[str, object], *, progress: bool = True) -> StudyRun:
     """Run ``study`` from a notebook whose parameters cell set ``namespace`` (its globals()).
 
     papermill only warns about a parameter the notebook does not declare and runs on without it;
@@ -302,7 +307,7 @@ def run_notebook(study: str, namespace: dict[str, Any], *, progress: bool = True
     return run
 
 
-def injected_parameters(notebook: str, namespace: dict[str, Any], known: Sequence[str]) -> list[str]:
+def injected_parameters(notebook: str, namespace: dict[str, object], known: Sequence[str]) -> list[str]:
     """The names papermill injected into a notebook whose globals() are ``namespace``; one not in
     ``known`` is a ParameterError (papermill itself only warns and runs on without it)."""
     injected = _injected_names(namespace)
@@ -313,7 +318,7 @@ def injected_parameters(notebook: str, namespace: dict[str, Any], known: Sequenc
     return injected
 
 
-def notebook_profile(namespace: dict[str, Any], injected: list[str]) -> str:
+def notebook_profile(namespace: dict[str, object], injected: list[str]) -> str:
     """The profile a notebook runs: injected, else $ACCEL_KIT_NOTEBOOK_PROFILE, else its parameters cell's."""
     if "profile" not in injected and os.environ.get(NOTEBOOK_PROFILE_ENV):
         # `make test` runs the committed notebooks (nbval, which injects nothing) with the smoke profile.
@@ -321,7 +326,7 @@ def notebook_profile(namespace: dict[str, Any], injected: list[str]) -> str:
     return namespace.get("profile", "quick")
 
 
-def _injected_names(namespace: dict[str, Any]) -> list[str]:
+def _injected_names(namespace: dict[str, object]) -> list[str]:
     import ast
 
     names = []
@@ -334,7 +339,7 @@ def _injected_names(namespace: dict[str, Any]) -> list[str]:
     return names
 
 
-def figures(study: str, study_dir: str | Path, save: bool = True) -> dict[str, Any]:
+def figures(study: str, study_dir: str | Path, save: bool = True) -> dict[str, Figure]:
     """Figures from every system's records under ``study_dir``; saved as HTML under ``study_dir/figures``."""
     from accel_kit import plots
 

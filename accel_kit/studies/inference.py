@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Literal, Sequence
 
 import pandas as pd
-from typing import Literal
 
 from pydantic import Field, PositiveInt, ValidationInfo, field_validator
 
@@ -109,7 +108,7 @@ class Params(StudyParams):
 
     @field_validator("slo", mode="before")
     @classmethod
-    def _slo_pair(cls, value: Any) -> tuple[float, float]:
+    def _slo_pair(cls, value: str | Sequence[object]) -> tuple[float, float]:
         return parse_slo(value)  # two positive durations, in seconds or with units ("2000ms,100ms")
 
     def serves(self) -> bool:
@@ -361,7 +360,7 @@ def serve_figures(df: pd.DataFrame) -> dict:
     return out
 
 
-def _measured(row: Any, rate: str) -> noise.Measured:
+def _measured(row: pd.Series, rate: str) -> noise.Measured:
     samples = row.get(f"{rate}_trials")
     samples = tuple(samples) if isinstance(samples, (list, tuple)) else ()
     return noise.Measured(float(row[rate]), samples=samples)
@@ -393,7 +392,7 @@ def findings(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def token_check_text(row: Any) -> str:
+def token_check_text(row: pd.Series) -> str:
     """The token check in words (``generate_measure.token_check``; docs/inference.md states the rule): fp32 greedy
     tokens equal or where they first differ, then the run precision's top-1 agreement and largest logit gap."""
     equal = row.get("tokens_equal_fp32")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal, Sequence
+from typing import Callable, ClassVar, Literal, Sequence
 
 import pandas as pd
 
@@ -303,7 +303,7 @@ def left_out_lines(points: list[TrainPoint], nodes: int, devices_per_node: int) 
     return lines
 
 
-def layout_label(row: Any) -> str:
+def layout_label(row: object) -> str:
     """A point's layout as a table or a legend names it: ``ddp``, ``fsdp``, ``ddp, tp 2``; ``row``: a record
     row or a point (its ``engine``, ``tp``, ``pp``, ``cp``)."""
     get = row.get if hasattr(row, "get") else lambda k, d=None: getattr(row, k, d)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from accel_kit.errors import ParameterError
 from accel_kit.mesh import ParallelLayout
@@ -21,6 +21,11 @@ from accel_kit.predict.predictor import SAME_PRESET_RECORDS
 from accel_kit.tune.plan import STUDY, Plan, Ranked, TuneParams, plan, space_for
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import Candidate
+
+if TYPE_CHECKING:
+    from accel_kit.devices import PrecisionChoice
+    from accel_kit.results import Record
+    from accel_kit.systems import System
 
 # The least a point takes beyond its steps: a tiny training point's whole call through the fork server, 0.14 s
 # at one rank and 0.21 s as two DDP ranks on the 2-core EPYC (docs/engine.md, benchmarks/point_start.py).
@@ -81,6 +86,16 @@ class Clock:
         return None if self.budget_s is None else self.budget_s - (time.monotonic() - self.start)
 
 
+class RunArgs(TypedDict):
+    """Where and how every measured point of one tune run is recorded (``run_points``' keywords)."""
+
+    records_path: Path
+    run_id: str
+    profile: str | None
+    progress: bool
+    rerun: bool
+
+
 def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | None = None,
                  profile: str | None = None, progress: bool = True, rerun: bool = False) -> Plan | Tuned:
     """``plan``, then, where the system's device is here, measure its top ``top_k`` and the default.
@@ -109,7 +124,7 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
     path = _records_path(writable_dir(root / STUDY, f"output folder ({output_dir_origin(output_dir)})"), system)
     sources = params.records or [str(root)]
     clock = Clock(params.budget_s)
-    run = {"records_path": path, "run_id": results.new_run_id(), "profile": profile, "progress": progress,
+    run: RunArgs = {"records_path": path, "run_id": results.new_run_id(), "profile": profile, "progress": progress,
            "rerun": rerun}
     records = load_records(s for s in sources if params.records or Path(s).exists())
     notes = []
@@ -141,8 +156,8 @@ def _calibration(system_mb: int) -> list[Candidate]:
             for b, g, ckpt in ((1, 1, False), (mb, 1, False), (mb, 2, False), (mb, 1, True))]
 
 
-def _run(params: TuneParams, system: Any, choice: Any, candidates: list[Candidate], clock: Clock,
-         run: dict[str, Any]) -> list:
+def _run(params: TuneParams, system: System, choice: PrecisionChoice, candidates: list[Candidate], clock: Clock,
+         run: RunArgs) -> list[Record]:
     """Measure ``candidates`` one after the other (each with what is left of the budget); their records."""
     from accel_kit.studies.training import make_point, run_points
 
@@ -171,8 +186,8 @@ def _cost_s(ranked: Ranked, params: TuneParams) -> float:
     return ranked.prediction.step_time_s * (params.warmup_steps + params.steps) + POINT_START_S
 
 
-def _measure(the_plan: Plan, params: TuneParams, system: Any, choice: Any, clock: Clock,
-             run: dict[str, Any]) -> Tuned:
+def _measure(the_plan: Plan, params: TuneParams, system: System, choice: PrecisionChoice, clock: Clock,
+             run: RunArgs) -> Tuned:
     selected = _selected(the_plan)
     left = clock.left()
     if left is not None and min(_cost_s(r, params) for r, _ in selected) > left:

@@ -5,16 +5,20 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, get_args
+from typing import TYPE_CHECKING, ClassVar, get_args
 
 from pydantic import Field, PositiveInt
 
 from accel_kit.errors import AccelKitError, ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.mesh import Engine, ParallelLayout
 from accel_kit.models.memory import fits
 from accel_kit.predict.predictor import Prediction, Predictor
 from accel_kit.studies.training import TrainingParams
 from accel_kit.tune.space import REASONS, Candidate, Space, default_layout, enumerate_space
+
+if TYPE_CHECKING:
+    from accel_kit.systems import System
 
 STUDY = "tune"  # params/tune/<profile>.yaml; records in outputs/tune/<system>.jsonl
 # The memory margin where the system has no measured peaks to hold the memory model against: the predictor's
@@ -83,7 +87,7 @@ class Plan:
         return plan_lines(self, shown)
 
 
-def resolve_params(profile: str | None, overrides: dict[str, Any]) -> TuneParams:
+def resolve_params(profile: str | None, overrides: JSONObject) -> TuneParams:
     from accel_kit import params as _params
 
     return _params.resolve(TuneParams, STUDY, profile, overrides)
@@ -118,7 +122,7 @@ def plan(system: str, params: TuneParams, records: list | None = None, precision
     return out
 
 
-def space_for(params: TuneParams, system: Any, precision: str) -> tuple[Space, int, int]:
+def space_for(params: TuneParams, system: System, precision: str) -> tuple[Space, int, int]:
     """The configurations of ``params`` on ``system`` the checks let through, its sequence length and global batch.
 
     Raises:
@@ -132,7 +136,7 @@ def space_for(params: TuneParams, system: Any, precision: str) -> tuple[Space, i
     return space, seq_len, global_batch
 
 
-def _precision(params: TuneParams, system: Any, predictor: Predictor) -> str:
+def _precision(params: TuneParams, system: System, predictor: Predictor) -> str:
     """The precision asked for, ``auto`` resolved as ``accel-kit predict`` resolves it."""
     from accel_kit.predict import prediction_precision
 
@@ -164,7 +168,7 @@ def memory_margin(records: list, system: str, link_root: str | None) -> tuple[fl
                                    f"predictor's peak-memory error target (benchmarks/predict_error.py)")
 
 
-def _device_memory(params: TuneParams, system: Any) -> tuple[float | None, str]:
+def _device_memory(params: TuneParams, system: System) -> tuple[float | None, str]:
     """Memory one device (rank) may use: the points' cap, else the system's figure, else the device's own."""
     if params.memory_limit_gib:
         return params.memory_limit_gib, "memory_limit_gib (each measured point's process is capped at it)"

@@ -23,12 +23,16 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import TYPE_CHECKING, get_args
 
 from accel_kit.engine.layout import check_layout, unsupported_on_device
 from accel_kit.engine.point import TrainSpec
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.mesh import Engine, ParallelLayout
+
+if TYPE_CHECKING:
+    from accel_kit.devices.base import BaseAdapter
 
 # The reasons a layout is removed, in the order they are checked ("memory" last: ``accel_kit.tune``).
 REASONS = ("device count", "divisibility", "not built", "model shape", "device", "global batch", "memory")
@@ -49,7 +53,7 @@ class Candidate:
         return (" ".join(parts[:1]) + "".join(f" {p}" for p in parts[1:]) + f", dp {lay.dp}, mb {lay.micro_batch_size}"
                 f" x gas {lay.gas}" + (", ckpt" if self.activation_checkpointing else ""))
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> JSONObject:
         """The training point's fields this configuration sets."""
         return self.layout.model_dump() | {"activation_checkpointing": self.activation_checkpointing}
 
@@ -89,7 +93,7 @@ def _model_reason(exc: ParameterError) -> str:
     return "not built" if "not built" in str(exc) else "model shape"
 
 
-def _check_mesh(space: Space, layout: ParallelLayout, spec: dict[str, Any], adapter: Any) -> bool:
+def _check_mesh(space: Space, layout: ParallelLayout, spec: dict[str, str | int], adapter: BaseAdapter) -> bool:
     """Whether ``layout`` (no micro-batch yet) may run the model; else why not, counted in ``space``."""
     what = mesh_label(layout)
     if layout.devices % layout.replica_devices:
@@ -134,7 +138,7 @@ def _batches(space: Space, layout: ParallelLayout, global_batch: int) -> list[Pa
 
 
 def enumerate_space(preset: str, *, devices: int, global_batch: int, seq_len: int, precision: str,
-                    adapter: Any) -> Space:
+                    adapter: BaseAdapter) -> Space:
     """Every configuration of ``preset`` on ``devices`` that the checks let through (``Space.candidates``,
     memory not yet judged), and the meshes or configurations each check removed. ``adapter``: the system's
     device adapter, asked what its device cannot run."""

@@ -10,12 +10,12 @@ into a transformers model (``to_hf_model``) and into ours (``from_hf_model``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import torch
 from torch import nn
 
-from accel_kit.models.family import layer_output
+from accel_kit.models.family import PaddedVocab, layer_output
 from accel_kit.models.init import allocated, transformers_uninitialised
 
 State = dict[str, torch.Tensor]
@@ -124,7 +124,10 @@ def from_hf_model(hf_model: nn.Module, make: Callable[[], nn.Module], state_map:
     return copy_state(model, state_map.from_hf(hf_model.state_dict(), list(model.state_dict())))
 
 
-def keeping_source_rows(cfg: Any, source_vocab_size: int) -> Any:
+PaddedConfig = TypeVar("PaddedConfig", bound=PaddedVocab)  # a family's config dataclass
+
+
+def keeping_source_rows(cfg: PaddedConfig, source_vocab_size: int) -> PaddedConfig:
     """``cfg`` (``vocab_size`` the tokenizer's) with the embedding padded to the source's rows where they are
     more (``pad_vocab_multiple``): every embedding row of the source kept."""
     return cfg if cfg.padded_vocab_size == source_vocab_size else replace(cfg, pad_vocab_multiple=source_vocab_size)

@@ -11,15 +11,21 @@ projection optionally tied to the embedding.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar, Protocol
 
 import torch
 from torch import nn
 
 from accel_kit.models.common.norm import RMSNorm
-from accel_kit.models.common.rope import rope_tables
+from accel_kit.models.common.rope import RopeConfig, rope_tables
 from accel_kit.models.family import PipelineStages, lm_loss, run_blocks, unique_param_count, unique_tensors
 from accel_kit.models.kv_cache import KVCache, Position
+
+
+class LMConfig(Protocol):
+    """What ``CausalLM`` reads of its family's config: the positions the model is built for."""
+
+    seq_len: int
 
 
 class CausalLM(nn.Module):
@@ -30,7 +36,7 @@ class CausalLM(nn.Module):
 
     stages: ClassVar[PipelineStages]  # the attribute names of the embedding, the blocks and the head
 
-    def __init__(self, cfg: Any, *, activation_checkpointing: bool = False):
+    def __init__(self, cfg: LMConfig, *, activation_checkpointing: bool = False):
         super().__init__()
         self.cfg = cfg
         self.activation_checkpointing = activation_checkpointing
@@ -94,6 +100,16 @@ class CausalLM(nn.Module):
         return unique_param_count(self)
 
 
+class RotaryLMConfig(RopeConfig, Protocol):
+    """What ``RotaryCausalLM``'s own layers read of its family's config (Llama's, the MoE family's)."""
+
+    padded_vocab_size: int
+    hidden_size: int
+    n_layers: int
+    rms_norm_eps: float
+    tie_embeddings: bool
+
+
 class RotaryCausalLM(CausalLM):
     """The RoPE families' LM: ``embed_tokens``, ``layers`` (``block(index, tables)`` each), ``norm``, ``lm_head``.
 
@@ -107,7 +123,7 @@ class RotaryCausalLM(CausalLM):
     stages: ClassVar[PipelineStages] = PipelineStages(embedding=("embed_tokens",), blocks="layers",
                                                       head=("norm", "lm_head"))
 
-    def __init__(self, cfg: Any, block: Callable[[int, tuple[torch.Tensor, torch.Tensor]], nn.Module], *,
+    def __init__(self, cfg: RotaryLMConfig, block: Callable[[int, tuple[torch.Tensor, torch.Tensor]], nn.Module], *,
                  activation_checkpointing: bool = False):
         super().__init__(cfg, activation_checkpointing=activation_checkpointing)
         self.embed_tokens = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)

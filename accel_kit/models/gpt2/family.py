@@ -20,7 +20,7 @@ from accel_kit.models.gpt2.presets import PRESETS, SOURCES
 INIT_STD = 0.02  # GPT-2's initializer_range
 
 
-class GPT2(Family):
+class GPT2(Family[GPTConfig]):
     name = "gpt2"
     config_type = GPTConfig
     presets = PRESETS

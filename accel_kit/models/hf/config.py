@@ -13,11 +13,15 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, SupportsInt
 
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.models.family import PaddedVocab
 from accel_kit.models.hf.moe import MoEShape, moe_shape, query_head_dim
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 PREFIX = "hf:"  # -p preset hf:PATH
 
@@ -71,7 +75,7 @@ def config_file(path: str) -> Path:
     return p.resolve()
 
 
-def read_json(file: Path) -> dict[str, Any]:
+def read_json(file: Path) -> JSONObject:
     try:
         data = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
@@ -82,7 +86,7 @@ def read_json(file: Path) -> dict[str, Any]:
     return data
 
 
-def transformers_config(cfg: HFConfig) -> Any:
+def transformers_config(cfg: HFConfig) -> PretrainedConfig:
     """transformers' config of ``cfg``: the file's, with the point's vocabulary (padded), SDPA attention
     where the architecture has it (what our families' transformers configs use) and no cache."""
     hf = _file_config(cfg.path, os.stat(cfg.path).st_mtime_ns)
@@ -93,7 +97,7 @@ def transformers_config(cfg: HFConfig) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _file_config(path: str, _mtime_ns: int) -> Any:
+def _file_config(path: str, _mtime_ns: int) -> PretrainedConfig:
     """transformers' config object of the file (cached per path and modification time: every lookup of a
     preset rebuilds its config, and a process looks it up several times)."""
     from transformers import AutoConfig
@@ -113,7 +117,7 @@ def _version() -> str:
     return transformers.__version__
 
 
-def causal_lm_class(hf: Any, path: str) -> str:
+def causal_lm_class(hf: PretrainedConfig, path: str) -> str:
     """The name of transformers' causal-LM class for the config's architecture, or a one-line error."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -124,7 +128,7 @@ def causal_lm_class(hf: Any, path: str) -> str:
     return name
 
 
-def _shape_field(hf: Any, path: str, *names: str, default: Any = None) -> Any:
+def _shape_field(hf: PretrainedConfig, path: str, *names: str, default: int | None = None) -> SupportsInt:
     for name in names:
         value = getattr(hf, name, None)
         if value is not None:

@@ -30,15 +30,22 @@ linears, the routers) are the matmul term, less the output embedding's, which is
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 import torch
+from torch import nn
 
 from accel_kit.errors import ParameterError
 from accel_kit.models.family import FlopTerms
-from accel_kit.models.hf.model import expert_modules
+from accel_kit.models.hf.model import HFCausalLM, expert_modules
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverloadPacket
+    from torch.utils.flop_counter import FlopCounterMode
 
 ATTENTION_OPS = ("bmm", "baddbmm", "_scaled_dot_product")
+# one op's FLOPs from its inputs' shapes (``FlopCounterMode``'s ``custom_mapping``)
+FlopFormula = Callable[..., int]
 
 
 def _sdpa_forward_flops(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
@@ -53,9 +60,9 @@ def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *a
     return 2 * _sdpa_forward_flops(query_shape, key_shape, value_shape)
 
 
-def _formulas() -> dict[Any, Any]:
+def _formulas() -> dict[OpOverloadPacket, FlopFormula]:
     aten = torch.ops.aten
-    out = {}
+    out: dict[OpOverloadPacket, FlopFormula] = {}
     for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _sdpa_forward_flops),
                           ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_backward_flops)):
         op = getattr(aten, name, None)
@@ -64,11 +71,11 @@ def _formulas() -> dict[Any, Any]:
     return out
 
 
-def _attention_ops(counts: dict[Any, int]) -> int:
+def _attention_ops(counts: dict[OpOverloadPacket, int]) -> int:
     return sum(v for op, v in counts.items() if any(a in str(op) for a in ATTENTION_OPS))
 
 
-def _split(counts: dict[Any, int], logits_flops: int, experts: list[dict[Any, int]] = ()) -> tuple[int, int, int]:
+def _split(counts: dict[OpOverloadPacket, int], logits_flops: int, experts: list[dict[OpOverloadPacket, int]] = ()) -> tuple[int, int, int]:
     """(matmul, attention, logits) of one pass's per-op counts; ``experts``: the counts inside each experts
     module, whose batched products are their weights' (matmul), not attention."""
     attention = _attention_ops(counts) - sum(_attention_ops(c) for c in experts)
@@ -76,14 +83,14 @@ def _split(counts: dict[Any, int], logits_flops: int, experts: list[dict[Any, in
     return total - attention - logits_flops, attention, logits_flops
 
 
-def count_experts_batched(model: Any) -> None:
+def count_experts_batched(model: nn.Module) -> None:
     """Switch transformers' ``model`` (a ``PreTrainedModel``) with experts to its ``batched_mm`` experts: the
     products of the active experts only, of shapes known before the routing is (see the module's note)."""
     if expert_modules(model) and getattr(model, "_can_set_experts_implementation", lambda: False)():
         model.set_experts_implementation("batched_mm")
 
 
-def _count_passes(wrapper: Any, idx: torch.Tensor) -> tuple[Any, Any]:
+def _count_passes(wrapper: HFCausalLM, idx: torch.Tensor) -> tuple[FlopCounterMode, FlopCounterMode]:
     """The counters of one forward and of its backward on ``idx``; a model whose products' shapes hang on
     the routing (experts outside transformers' experts interface, looping over the experts a batch reaches)
     is a one-line ParameterError: fake tensors hold no routing to count."""
@@ -106,7 +113,7 @@ def _count_passes(wrapper: Any, idx: torch.Tensor) -> tuple[Any, Any]:
     return forward, backward
 
 
-def count_flop_terms(model_factory: Any, *, micro_batch: int, seq_len: int, n_layers: int, n_heads: int,
+def count_flop_terms(model_factory: Callable[[], HFCausalLM], *, micro_batch: int, seq_len: int, n_layers: int, n_heads: int,
                      head_dim: int) -> tuple[FlopTerms, str]:
     """Forward (and counted backward) FLOPs per token of one training micro-batch of the model that
     ``model_factory()`` builds (an ``HFCausalLM``), and where the attention term comes from.

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from accel_kit.models.family import Family, FlopTerms, ModelShape, PipelineStage
 from accel_kit.models.hf.config import PREFIX, HFConfig, config_file, load, transformers_config
 from accel_kit.models.hf.moe import MoEShape
 from accel_kit.models.hf.model import HFCausalLM, decoder_layers, expert_modules, layer_matmuls
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 @lru_cache(maxsize=32)
@@ -88,7 +91,7 @@ def _with_experts_seen(cfg: HFConfig) -> HFConfig:
                                      n_moe_layers=layers))
 
 
-class TransformersCausalLM(Family):
+class TransformersCausalLM(Family[HFConfig]):
     """Any ``AutoModelForCausalLM`` architecture transformers knows, built from a config file with random weights."""
 
     name: ClassVar[str] = "hf"
@@ -246,6 +249,6 @@ class TransformersCausalLM(Family):
     def from_hf(self, hf_model: nn.Module) -> nn.Module:
         raise NotImplementedError("an hf model is transformers' own already; HFCausalLM(cfg, model=...) wraps one")
 
-    def hf_config(self, cfg: HFConfig) -> Any:
+    def hf_config(self, cfg: HFConfig) -> PretrainedConfig:
         return transformers_config(cfg)
 

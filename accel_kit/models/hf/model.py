@@ -6,8 +6,6 @@ next tokens, where transformers' ``labels`` would be shifted once more.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -67,7 +65,7 @@ class HFCausalLM(nn.Module):
             # non-reentrant, as our families' checkpointing (run_blocks)
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[Any, Any]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         if idx.shape[1] > self.cfg.max_positions:
             raise ValueError(f"sequence of {idx.shape[1]} tokens is longer than the model's {self.cfg.max_positions}")
         logits = self.model(input_ids=idx, use_cache=False).logits  # (B, T, V_padded)

@@ -10,7 +10,10 @@ and MoE layers from its experts modules, top-k from ``num_experts_per_tok``; sha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class MoEShape:
     n_moe_layers: int = 0
 
 
-def _moe_layers(hf: Any, rule: str, n_layers: int) -> int:
+def _moe_layers(hf: PretrainedConfig, rule: str, n_layers: int) -> int:
     if rule == "first_k_dense_replace":
         return max(0, n_layers - int(hf.first_k_dense_replace or 0))
     if rule == "decoder_sparse_step":  # the modeling files' test, layer by layer
@@ -63,7 +66,7 @@ def _moe_layers(hf: Any, rule: str, n_layers: int) -> int:
     return n_layers
 
 
-def moe_shape(hf: Any, n_layers: int) -> MoEShape:
+def moe_shape(hf: PretrainedConfig, n_layers: int) -> MoEShape:
     """The experts of transformers' config ``hf`` (a dense architecture, or one with no experts: zeros)."""
     attrs = ARCHITECTURES.get(hf.model_type)
     n_experts = int(getattr(hf, attrs.experts, 0) or 0) if attrs else 0
@@ -80,7 +83,7 @@ def moe_shape(hf: Any, n_layers: int) -> MoEShape:
                     n_moe_layers=_moe_layers(hf, attrs.layers, n_layers))
 
 
-def query_head_dim(hf: Any) -> int | None:
+def query_head_dim(hf: PretrainedConfig) -> int | None:
     """The query/key heads' width where the architecture's ``head_dim`` attribute means something else, else None."""
     attrs = ARCHITECTURES.get(hf.model_type)
     return int(getattr(hf, attrs.head_dim)) if attrs and attrs.head_dim else None

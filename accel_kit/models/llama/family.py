@@ -23,7 +23,7 @@ BYTES_16BIT = 2  # Korthikanti's accounting is for 16-bit activations
 BYTES_FP32 = 4  # SDPA's logsumexp and RMSNorm's inverse RMS stay fp32
 
 
-class Llama3(Family):
+class Llama3(Family[LlamaConfig]):
     """Llama 3 / 3.1 / 3.2 (Dubey et al. 2024): RMSNorm, GQA with RoPE, SwiGLU, no biases."""
 
     name: ClassVar[str] = "llama"

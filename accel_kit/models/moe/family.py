@@ -37,7 +37,7 @@ def _weights(cfg: MoEConfig) -> dict[str, int]:
             "dense_mlp": 3 * h * cfg.ffn_hidden_size}
 
 
-class MixtureOfExperts(Family):
+class MixtureOfExperts(Family[MoEConfig]):
     """Decoder-only MoE LMs (Mixtral, Qwen3-MoE, OLMoE): Llama's attention with optional QK-norm, a softmax
     top-k router over SwiGLU experts, optional shared experts and dense layers, a load-balancing loss."""
 

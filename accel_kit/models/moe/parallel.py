@@ -33,11 +33,17 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -58,7 +64,7 @@ class ExpertParallelStats:
     _open_s: float = 0.0
     _loads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> token copies per expert (E,)
 
-    def time(self, fn: Callable[[], Any]) -> Any:
+    def time(self, fn: Callable[[], T]) -> T:
         self.synchronize()
         start = time.perf_counter()
         out = fn()
@@ -88,7 +94,7 @@ class _AllToAll(torch.autograd.Function):
     """``dist.all_to_all_single`` of rows with uneven splits; its backward is the reverse exchange."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: Any,
+    def forward(ctx, x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: ProcessGroup,
                 stats: ExpertParallelStats) -> torch.Tensor:
         ctx.splits, ctx.group, ctx.stats = (out_splits, in_splits), group, stats
         return _exchange(x, out_splits, in_splits, group, stats)
@@ -99,7 +105,7 @@ class _AllToAll(torch.autograd.Function):
         return _exchange(grad, in_splits, out_splits, ctx.group, ctx.stats), None, None, None, None
 
 
-def _exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: Any,
+def _exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: ProcessGroup,
               stats: ExpertParallelStats) -> torch.Tensor:
     out = x.new_empty((sum(out_splits), *x.shape[1:]))
     stats.time(lambda: dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group))
@@ -111,7 +117,7 @@ class ExpertParallelDispatch:
     ``rank * E / ep`` to ``(rank + 1) * E / ep - 1`` of the layer's ``n_experts``. Called as ``LocalDispatch``
     is; keeps ``last_tokens_per_expert`` (E,), this rank's token copies per expert in the last call."""
 
-    def __init__(self, ep_group: Any, n_experts: int, stats: ExpertParallelStats, layer: int = 0):
+    def __init__(self, ep_group: ProcessGroup, n_experts: int, stats: ExpertParallelStats, layer: int = 0):
         self.group, self.n_experts, self.stats, self.layer = ep_group, n_experts, stats, layer
         self.ep, self.rank = dist.get_world_size(ep_group), dist.get_rank(ep_group)
         self.n_local = n_experts // self.ep
@@ -156,7 +162,7 @@ class ExpertShards:
     the ep ranks' group and their dispatchers' shared measurements."""
 
     modules: list[nn.Module]
-    ep_group: Any
+    ep_group: ProcessGroup
     stats: ExpertParallelStats
 
     def parameters(self) -> list[nn.Parameter]:
@@ -164,7 +170,7 @@ class ExpertShards:
         return [p for module in self.modules for p in module.parameters()]
 
 
-def apply_expert_parallel(model: nn.Module, ep_mesh: Any) -> ExpertShards:
+def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> ExpertShards:
     """Shard every MoE layer's routed experts over ``ep_mesh`` in place: this rank keeps its E / ep experts'
     slice of each expert parameter (dimension 0 is the expert's), and the layer dispatches through
     ``ExpertParallelDispatch``. A slice of a freshly built model is the same model, so with the same seed
