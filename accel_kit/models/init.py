@@ -101,13 +101,19 @@ def _fill(flat: torch.Tensor, init: Init, generator: torch.Generator) -> None:
             part.copy_(scratch[:part.numel()].normal_(0.0, init.std, generator=generator))
 
 
+def _is_dtensor(param: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch before 2.5 (the Cerebras environment's 2.4): no public DTensor, nothing sharded
+        return False
+    return isinstance(param, DTensor)
+
+
 @torch.no_grad()  # grad mode is per thread: each pool thread's draws need it off
 def _draw(model: nn.Module, name: str, param: torch.Tensor, init: Init, seed: int) -> None:
     """Parameter ``name`` drawn whole from its own generator; a sharded one (DTensor) keeps its local slice, and a
     module that reordered the rows of its parameters for a layout (``init_layout``) gets them in that order."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    sharded = isinstance(param, DTensor)
+    sharded = _is_dtensor(param)
     local = param.to_local() if sharded else param
     owner = model.get_submodule(name.rpartition(".")[0])
     layout = getattr(owner, "init_layout", None)
@@ -120,6 +126,8 @@ def _draw(model: nn.Module, name: str, param: torch.Tensor, init: Init, seed: in
     if layout is not None:
         full = layout(full)
     if sharded:  # each rank cuts its own slice of the same whole tensor: no communication
+        from torch.distributed.tensor import distribute_tensor
+
         full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
     param.copy_(full)
 
