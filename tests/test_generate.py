@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import time
+import types
 
 import pytest
 import torch
@@ -190,9 +191,19 @@ def test_few_rows_kernels_give_the_same_products_and_tokens():
         assert torch.equal(many, torch.nn.functional.linear(prefill, w))  # more rows than FEW_ROWS: torch's own
     _, _, model, prompt = _model("llama3-debug")
     eager = greedy_generate(model, prompt, NEW_TOKENS)
-    slow = lambda x, weight: (time.sleep(0.002), swapped_linear(x, weight))[1]  # noqa: E731  never the fastest
-    decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, few_rows_linears={"swapped": swapped_linear, "slow": slow})
-    assert decoder.linear_kernel in {"torch", "swapped"}  # timed on the whole step: the sleeping kernel never wins
+    # The choice runs on a fake clock that only the slow kernel moves, a second a product: a real sleep raced
+    # the real step, which a loaded machine slowed past the sleep (the sleeping kernel then won).
+    clock = types.SimpleNamespace(now=0.0)
+
+    def slow(x, weight):
+        clock.now += 1.0
+        return swapped_linear(x, weight)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(G, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+        decoder = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS, few_rows_linears={"slow": slow, "swapped": swapped_linear})
+    assert clock.now > 0  # the slow kernel ran inside the timed steps
+    assert decoder.linear_kernel == "torch"  # the slow one never wins; a tie goes to torch's own
     assert torch.equal(decoder.generate(prompt, NEW_TOKENS), eager)
     for name, kernel in kernels.items():  # each kernel's tokens, forced
         forced = Decoder(model, 2, PROMPT_LEN + NEW_TOKENS)
