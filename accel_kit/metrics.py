@@ -168,6 +168,19 @@ _DECLARED = [
     Metric("mfu_basis", "text", "which FLOPs the MFU counts"),
     Metric("finetune_losses", "nats", "losses of the dense fine-tuning steps"),
     Metric("finetune_loss_last", "nats", "last dense fine-tuning loss"),
+    # --- a tune run's summary record (accel_kit.tune.summary), beside the configurations it measured
+    Metric("tune_tau", "1", "Kendall's tau-b between tune's predicted ranking and the measured tokens/s of the "
+                            "configurations it measured (1: the same order)"),
+    Metric("tune_compared", "1", "configurations measured ok, that tune_tau is over"),
+    Metric("tune_predicted", "1", "configurations predicted to fit (ranked)"),
+    Metric("tune_pruned", "text", "configurations and meshes removed before measuring, by reason"),
+    Metric("tune_chosen", "text", "the layout tune chose: the fastest measured"),
+    Metric("tune_chosen_tokens_per_s", "tokens/s", "the chosen layout's measured tokens/s"),
+    Metric("tune_default_tokens_per_s", "tokens/s", "the system's default layout's measured tokens/s"),
+    Metric("tune_chosen_vs_default", "ratio", "the chosen layout's measured tokens/s over the default's"),
+    Metric("tune_memory_margin_pct", "%", "how much more memory than predicted a configuration was allowed"),
+    Metric("tune_rows", "json", "one object per configuration tune selected: its predicted and measured rank and "
+                                "tokens/s, error, status and record id (accel_kit.tune.summary.COLUMNS)"),
 ]
 
 METRICS: dict[str, Metric] = {m.name: m for m in _DECLARED}

@@ -9,9 +9,9 @@ from accel_kit import notebooks_meta
 NOTEBOOKS = notebooks_meta.tracked_notebooks()
 
 
-def test_the_seven_study_notebooks_the_report_and_what_if_are_checked():
+def test_the_seven_study_notebooks_the_report_what_if_and_tune_are_checked():
     assert {p.stem for p in NOTEBOOKS} == {"microbenchmark", "scaling", "seq_length", "gas", "sparsity", "genslm",
-                                           "inference", "report", "what_if"}
+                                           "inference", "report", "what_if", "tune"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -1,5 +1,7 @@
 """accel-kit tune: the layouts it enumerates and why it removes the others, its refusals, Kendall's tau, and a
 configuration the memory model removes failing under the memory cap it was removed for."""
+from pathlib import Path
+
 import pytest
 
 from accel_kit import cli, results, tune
@@ -8,6 +10,8 @@ from accel_kit.engine.point import TrainSpec
 from accel_kit.systems import load_system
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import default_layout, enumerate_space
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _space(preset: str, devices: int = 4, global_batch: int = 8, seq_len: int = 32):
@@ -80,15 +84,49 @@ def test_kendall_tau_counts_ties_as_tau_b():
 
 
 @pytest.mark.slow
-def test_on_the_machine_at_hand_the_plan_is_measured_through_the_sweep(out_dir):
-    """gpt2-debug on one rank: the model calibrated (too few records of it), the top configuration and the default
-    measured, each a record like any study's, and the two rankings printed side by side."""
-    base = {"preset": "gpt2-debug", "devices": 1, "seq_len": 64, "global_batch": 4, "top_k": 1, "steps": 2,
-            "warmup_steps": 1, "precision": "fp32"}
-    tuned = tune.tune("cpu", tune.resolve_params(None, base), output_dir=out_dir, progress=False)
-    assert tuned.rows and all(row.status == "ok" for row in tuned.rows), tuned.lines()
-    assert tuned.chosen is not None and tuned.chosen.measured > 0
-    text = "\n".join(tuned.lines())
-    assert "measured on cpu" in text and "chosen: " in text
+def test_the_notebook_measures_records_a_summary_and_the_report_shows_it(out_dir):
+    """notebooks/tune.ipynb under papermill, -p system cpu -p profile smoke: llama3-debug on 2 gloo ranks, the model
+    calibrated first (too few records of it), the top configuration and the default measured through the sweep,
+    each a record like any study's, then the run's summary record, which the report's tune section shows."""
+    import papermill
+
+    from accel_kit import metrics
+    from accel_kit.report.context import Context
+    from accel_kit.report.page import section_html
+    from accel_kit.report.records import collect
+    from accel_kit.report.tune_section import tune_section
+    from accel_kit.tune.summary import COLUMNS, KIND
+
+    papermill.execute_notebook(str(ROOT / "notebooks" / "tune.ipynb"), str(out_dir / "tune.ipynb"),
+                               parameters={"system": "cpu", "profile": "smoke"}, cwd=str(ROOT / "notebooks"),
+                               kernel_name="python3", progress_bar=False)
     recs = list(results.iter_records(out_dir / "tune" / "cpu.jsonl"))
-    assert len(recs) >= len(tuned.rows) and all(r.status == "ok" for r in recs)
+    trained = [r for r in recs if r.kind == "train"]
+    (summary,) = [r for r in recs if r.kind == KIND]
+    assert len(trained) >= 5 and all(r.status == "ok" for r in recs), [(r.kind, r.status, r.reason) for r in recs]
+    m = summary.metrics
+    assert not metrics.undeclared(m) and summary.params["devices"] == 2
+    rows = m["tune_rows"]
+    assert len(rows) >= 1 and set(rows[0]) == set(COLUMNS) and any(row["default"] for row in rows)
+    assert m["tune_chosen_tokens_per_s"] == max(row["measured_tokens_per_s"] for row in rows)
+    assert {row["record_id"] for row in rows} <= {r.record_id for r in trained}
+    ctx = Context(collect([out_dir]))
+    page = section_html(tune_section(ctx), ctx.cite)
+    assert "llama3-debug on 2 x cpu" in page and "chosen: " in page and rows[0]["layout"] in page
+    text = "\n".join(c.get("text", "") for cell in nbformat_cells(out_dir / "tune.ipynb") for c in cell)
+    assert "measured on cpu" in text and "Kendall's tau" in text and "chosen: " in text
+
+
+def nbformat_cells(path):
+    """The outputs of each code cell of an executed notebook."""
+    import nbformat
+
+    return [cell.outputs for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+
+
+def test_no_tune_run_no_tune_section(out_dir):
+    from accel_kit.report.context import Context
+    from accel_kit.report.records import RecordSet
+    from accel_kit.report.tune_section import tune_section
+
+    assert tune_section(Context(RecordSet([], []))) is None

@@ -107,7 +107,7 @@ def build_report(sources: Sequence[str | os.PathLike] | None = None, *, out: str
         raise DataError(f"no records in {', '.join(s.path for s in records.sources)}: run a study first "
                         "(records are <study>/<system>.jsonl under a results folder)")
     ctx = Context(records)
-    sections = [fn(ctx) for fn in SECTIONS]
+    sections = [s for s in (fn(ctx) for fn in SECTIONS) if s is not None]
     sections.insert(1, findings.findings_section(ctx))
     rendered = [page.section_html(s, ctx.cite) for s in sections]
     html = page.page(ctx, sections, rendered, title=title or title_for(records.studies()))

@@ -4,7 +4,8 @@
 The sections live by concern: the framework (``Context``, ``Section``) in
 ``accel_kit.report.context``, pivots in ``pivot``, the cell helpers in ``cells``, the Systems
 section in ``systems_section``, Tables II-IV in ``tables``, Figures 3-8 in ``figures`` and the
-what-if section in ``what_if``, offline generation and serving in ``inference_section``. ``SECTIONS`` is the
+what-if section in ``what_if``, offline generation and serving in ``inference_section``, tune runs in
+``tune_section``. ``SECTIONS`` is the
 page's order: a new section is one more function appended there.
 """
 from __future__ import annotations
@@ -18,9 +19,11 @@ from accel_kit.report.inference_section import inference_section
 from accel_kit.report.models_section import models_section
 from accel_kit.report.systems_section import systems_section
 from accel_kit.report.tables import table_ii_scaling, table_iii_seq_length, table_iv_genslm
+from accel_kit.report.tune_section import tune_section
 from accel_kit.report.what_if import what_if_held_out
 
-SECTIONS: list[Callable[[Context], Section]] = [
+# A section function may return None: a section with nothing to show where its records are absent (tune).
+SECTIONS: list[Callable[[Context], Section | None]] = [
     systems_section,
     models_section,
     # findings are computed after the tables they summarise; the page shows them second (see build_report)
@@ -35,4 +38,5 @@ SECTIONS: list[Callable[[Context], Section]] = [
     figure_8_sparsity_loss,
     inference_section,
     what_if_held_out,
+    tune_section,
 ]

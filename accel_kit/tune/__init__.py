@@ -16,8 +16,8 @@
 """
 from __future__ import annotations
 
-from accel_kit.tune.measure import Tuned, tune
+from accel_kit.tune.measure import Tuned, run_notebook, tune
 from accel_kit.tune.plan import STUDY, USABLE_FRACTION, Candidate, Plan, Ranked, TuneParams, plan, resolve_params
 
 __all__ = ["Candidate", "Plan", "Ranked", "STUDY", "TuneParams", "Tuned", "USABLE_FRACTION", "plan", "resolve_params",
-           "tune"]
+           "run_notebook", "tune"]

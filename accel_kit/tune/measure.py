@@ -10,19 +10,27 @@ started.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+import pandas as pd
+
 from accel_kit.errors import ParameterError
+from accel_kit.json_types import JSONObject
 from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.predictor import SAME_PRESET_RECORDS
-from accel_kit.tune.plan import STUDY, Plan, Ranked, TuneParams, plan, space_for
+from accel_kit.tune.summary import COLUMNS, KIND, figure
+from accel_kit.tune.plan import STUDY, Plan, Ranked, TuneParams, plan, resolve_params, space_for
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import Candidate
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from accel_kit.devices import PrecisionChoice
     from accel_kit.results import Record
     from accel_kit.systems import System
@@ -74,6 +82,16 @@ class Tuned:
 
     def lines(self, shown: int = 10) -> list[str]:
         return self.plan.lines(shown) + measured_lines(self)
+
+    def table(self) -> pd.DataFrame:
+        """Predicted against measured, one row per configuration measured (``tune_table``)."""
+        return tune_table(self)
+
+    def figures(self) -> dict[str, go.Figure]:
+        p = self.plan.params
+        return {"tune_predicted_vs_measured": figure(
+            self.table(), f"tune {p.preset} on {p.devices} x {self.plan.system}: measured against predicted "
+                          f"(Kendall's tau {self.tau:.2f})")}
 
 
 class Clock:
@@ -188,6 +206,10 @@ def _cost_s(ranked: Ranked, params: TuneParams) -> float:
 
 def _measure(the_plan: Plan, params: TuneParams, system: System, choice: PrecisionChoice, clock: Clock,
              run: RunArgs) -> Tuned:
+    """The selected configurations measured, compared with their predictions, and the run's summary record
+    appended beside their records (``accel_kit.tune.summary``)."""
+    from accel_kit import results
+
     selected = _selected(the_plan)
     left = clock.left()
     if left is not None and min(_cost_s(r, params) for r, _ in selected) > left:
@@ -206,6 +228,7 @@ def _measure(the_plan: Plan, params: TuneParams, system: System, choice: Precisi
             row.status, row.reason, row.record_id = rec.status, rec.reason, rec.record_id
             row.measured = rec.metrics.get("tokens_per_s") if rec.status == "ok" else None
     _compare(tuned)
+    results.append_record(run["records_path"], summary_record(tuned, run["run_id"]))
     return tuned
 
 
@@ -220,6 +243,49 @@ def _compare(tuned: Tuned) -> None:
     if len(ok) >= 2:
         last = len(tuned.plan.ranked) + 1
         tuned.tau = kendall_tau([-(r.predicted_rank or last) for r in ok], [r.measured for r in ok])
+
+
+def row_dicts(tuned: Tuned) -> list[JSONObject]:
+    """One object per configuration tune selected (``COLUMNS``), in predicted order."""
+    return [{"predicted_rank": r.predicted_rank, "measured_rank": r.measured_rank, "layout": r.label,
+             "default": r.default, "predicted_tokens_per_s": r.predicted, "measured_tokens_per_s": r.measured,
+             "error_pct": None if r.error is None else 100 * r.error, "status": r.status, "reason": r.reason,
+             "record_id": r.record_id} for r in tuned.rows]
+
+
+def tune_table(tuned: Tuned) -> pd.DataFrame:
+    """Predicted against measured (``row_dicts``), as a table."""
+    return pd.DataFrame(row_dicts(tuned), columns=list(COLUMNS))
+
+
+def summary_record(tuned: Tuned, run_id: str) -> Record:
+    """The run's summary (``accel_kit.tune.summary``): ok where a configuration was measured ok, else skipped,
+    saying why."""
+    from accel_kit import results
+    from accel_kit.systems import load_system
+
+    plan, chosen, base = tuned.plan, tuned.chosen, tuned.default_row
+    question = {"preset": plan.params.preset, "devices": plan.params.devices, "seq_len": plan.seq_len,
+                "global_batch": plan.global_batch, "precision": plan.precision, "top_k": plan.params.top_k}
+    key = "tune-" + hashlib.sha256(json.dumps(question, sort_keys=True).encode()).hexdigest()[:16]
+    metrics: JSONObject = {
+        "tune_tau": tuned.tau if tuned.compared >= 2 else None, "tune_compared": tuned.compared,
+        "tune_predicted": len(plan.ranked),
+        "tune_pruned": ", ".join(f"{reason} {n}" for reason, n in plan.space.pruned.most_common()),
+        "tune_chosen": chosen.label if chosen else None,
+        "tune_chosen_tokens_per_s": chosen.measured if chosen else None,
+        "tune_default_tokens_per_s": base.measured if base else None,
+        "tune_chosen_vs_default": chosen.measured / base.measured if chosen and base and base.measured else None,
+        "tune_memory_margin_pct": 100 * plan.margin,
+        "tune_rows": row_dicts(tuned),
+    }
+    reasons = "; ".join(f"{r.label}: {r.status}" + (f" ({r.reason})" if r.reason else "") for r in tuned.rows)
+    return results.make_record(study=STUDY, kind=KIND, system=plan.system,
+                               status="ok" if chosen else "skipped",
+                               reason=None if chosen else f"no configuration was measured ok: {reasons}",
+                               params={"kind": KIND, **question, "point_key": key}, run_id=run_id,
+                               model=plan.params.preset, metrics=metrics,
+                               env=results.environment(load_system(plan.system).device_adapter()))
 
 
 def tune(system: str, params: TuneParams, *, output_dir: str | Path | None = None, profile: str | None = None,
@@ -248,3 +314,16 @@ def measured_lines(tuned: Tuned) -> list[str]:
             line += f", {tuned.chosen.measured / base.measured:.2f}x the default's {base.measured:.4g}"
         lines.append(line)
     return lines + tuned.notes
+
+
+def run_notebook(namespace: dict[str, object]) -> Plan | Tuned:
+    """``tune`` from a notebook's parameters cell (its globals()); an unknown injected parameter is an error. The
+    output folder's records are what it learns from and where it records, as ``accel-kit tune --output-dir``."""
+    from accel_kit.studies import NOTEBOOK_NAMES, injected_parameters, notebook_profile
+
+    names = TuneParams.parameter_names()
+    injected = injected_parameters(STUDY, namespace, sorted(set(NOTEBOOK_NAMES) | set(names)))
+    profile = notebook_profile(namespace, injected)
+    params = resolve_params(profile, {n: namespace.get(n) for n in names})
+    return tune(str(namespace.get("system", "cpu")), params, output_dir=namespace.get("output_dir"), profile=profile,
+                progress=False, rerun=bool(namespace.get("rerun")))

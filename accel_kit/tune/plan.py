@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, get_args
 
+import pandas as pd
 from pydantic import Field, PositiveInt
 
 from accel_kit.errors import AccelKitError, ParameterError
@@ -18,6 +19,8 @@ from accel_kit.studies.training import TrainingParams
 from accel_kit.tune.space import REASONS, Candidate, Space, default_layout, enumerate_space
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from accel_kit.systems import System
 
 STUDY = "tune"  # params/tune/<profile>.yaml; records in outputs/tune/<system>.jsonl
@@ -85,6 +88,14 @@ class Plan:
     def lines(self, shown: int = 10) -> list[str]:
         """The ranked prediction with every input's source and the pruned counts by reason (``plan_lines``)."""
         return plan_lines(self, shown)
+
+    def table(self, shown: int = 20) -> pd.DataFrame:
+        """The ranked prediction alone (where nothing was measured): the top ``shown``, with memory and basis."""
+        return plan_table(self, shown)
+
+    def figures(self) -> dict[str, go.Figure]:
+        """None: a prediction alone has nothing measured to draw against."""
+        return {}
 
 
 def resolve_params(profile: str | None, overrides: JSONObject) -> TuneParams:
@@ -280,3 +291,13 @@ def _unmodelled(ranked) -> bool:
 
 def _gib(v: float | None) -> str:
     return "unknown" if v is None else f"{v:.3g} GiB"
+
+
+def plan_table(plan: Plan, shown: int = 20) -> pd.DataFrame:
+    """``Plan.table``."""
+    rows = [{"predicted_rank": i + 1, "layout": r.candidate.label(), "predicted_tokens_per_s": r.tokens_per_s,
+             "predicted_step_s": r.prediction.step_time_s,
+             "memory_per_device_gib": r.prediction.memory_per_device_gib,
+             "default": plan.default is not None and r.candidate == plan.default.candidate,
+             "basis": r.prediction.basis} for i, r in enumerate(plan.ranked[:shown])]
+    return pd.DataFrame(rows)
