@@ -22,6 +22,32 @@ def _keep(root, *, inter_node: bool, **fields) -> None:
     path.write_text(json.dumps({"latency_us": 10.0, "source": "measured: test"} | fields))
 
 
+
+def test_a_ring_of_ranks_sharing_a_hosts_cores_is_kept_at_its_own_size(tmp_path):
+    # A CPU's gloo ranks share its cores: 4 of them on 2 cores wait on each other far longer a ring step than 2 do,
+    # so a ring of more than the probe's 2 ranks is measured, and kept, at its own size; a system with datasheet
+    # figures (h200) keeps one link for every size.
+    assert links.shared_host_ring("cpu", 4) and not links.shared_host_ring("cpu", 2)
+    assert not links.shared_host_ring("h200", 4)
+    _keep(tmp_path, inter_node=False, bandwidth_GBps=8.0)
+    four = links.link_cache_path("cpu", tmp_path, ranks=4)
+    assert four.name == "link-cpu-4-ranks.json"
+    four.write_text(json.dumps({"bandwidth_GBps": 2.0, "latency_us": 350.0, "source": "measured: 4 ranks"}))
+    assert links.system_link("cpu", 4, root=tmp_path, probe=False, own_size=True).latency_us == 350.0
+    assert links.system_link("cpu", 2, root=tmp_path, probe=False, own_size=True).bandwidth_GBps == 8.0
+    assert links.system_link("cpu", 3, root=tmp_path, probe=False, own_size=True).bandwidth_GBps == 8.0  # none at 3
+    # asked by tune (a predictor of ranks sharing the host) only: the what-if keeps the one link for every size
+    assert links.system_link("cpu", 4, root=tmp_path, probe=False).bandwidth_GBps == 8.0
+    assert Predictor("cpu", [], link_root=str(tmp_path), probe=False, host_cores=2).link(4).latency_us == 350.0
+
+
+def test_ranks_sharing_a_hosts_cores_compute_on_their_share():
+    shared = Predictor("cpu", [], probe=False, host_cores=2)
+    assert shared.host_share(4, 2)[0] == 4  # 4 ranks on 2 cores: half a core each, against the records' 2 threads
+    assert shared.host_share(2, 2)[0] == 2 and shared.host_share(2, 1)[0] == 1  # one core each
+    share, why = Predictor("cpu", [], probe=False, host_cores=8).host_share(3, 8)
+    assert share == 4 and "3 ranks share the host's 8 cores, 2 core(s) each" in why  # 8 // 3 threads each
+
 def test_the_inter_node_link_is_kept_apart_and_used_only_across_nodes(tmp_path):
     _keep(tmp_path, inter_node=False, bandwidth_GBps=8.0)
     _keep(tmp_path, inter_node=True, bandwidth_GBps=0.5, node_bandwidth_GBps=1.0, nodes=2, hosts=["a", "b"])

@@ -23,21 +23,37 @@ PROBE_SIZES_BYTES = (2**14, 2**18, 2**21, 2**23)  # 16 KiB .. 8 MiB: latency- to
 PROBE_REPEATS = 5
 
 
-def link_cache_path(system_id: str, root: str | Path | None = None, *, inter_node: bool = False) -> Path:
+def link_cache_path(system_id: str, root: str | Path | None = None, *, inter_node: bool = False,
+                    ranks: int | None = None) -> Path:
     """Where a measured link is kept: beside the records it serves (``root``, else the outputs folder); the
-    inter-node link (measured across nodes) in a file of its own, apart from the link within a node."""
+    inter-node link (measured across nodes) in a file of its own, apart from the link within a node; ``ranks``:
+    the ring of that many ranks on a host whose ranks share its cores (``shared_host_ring``)."""
     from accel_kit.paths import output_dir
 
-    return Path(root or output_dir()) / "what_if" / f"link-{system_id}{'-inter-node' if inter_node else ''}.json"
+    name = f"link-{system_id}{'-inter-node' if inter_node else ''}{f'-{ranks}-ranks' if ranks else ''}.json"
+    return Path(root or output_dir()) / "what_if" / name
+
+
+def shared_host_ring(system_id: str, devices: int) -> bool:
+    """Whether a ring of ``devices`` on ``system_id`` is measured at its own size: where the ranks share the host's
+    cores (a CPU's gloo processes), a ring of more ranks than the 2-rank probe waits on ranks the scheduler has not
+    run yet (4 ranks on 2 cores: 0.36 ms a ring step, against 2 ranks' next to none), so one probe does not
+    describe every size."""
+    from accel_kit.systems import load_system
+
+    system = load_system(system_id)
+    return devices > 2 and system.interconnect is None and system.device_adapter().threads_per_rank(1) is not None
 
 
 def system_link(system_id: str, devices: int, *, probe: bool = True, root: str | Path | None = None,
-                devices_per_node: int | None = None) -> Link:
+                devices_per_node: int | None = None, own_size: bool = False) -> Link:
     """The link for a ring of ``devices`` on ``system_id``: measured here if probed, else its datasheet
     figures; a system without either is probed now (``probe``) when its device is available here.
 
     ``devices_per_node``: how many of the devices share a node (None: the system's); a ring of more spans
-    nodes and runs at the inter-node link's per-device share.
+    nodes and runs at the inter-node link's per-device share. ``own_size``: a ring on a host whose ranks share
+    its cores is measured (and kept) at its own size (``shared_host_ring``); tune asks for it, where the 2-rank
+    link stands in for every size otherwise.
     """
     from accel_kit.devices import get_adapter
     from accel_kit.systems import load_system
@@ -46,6 +62,12 @@ def system_link(system_id: str, devices: int, *, probe: bool = True, root: str |
     per_node = devices_per_node or system.devices_per_node
     within = devices <= per_node
     cached = link_cache_path(system_id, root, inter_node=not within)
+    if own_size and within and shared_host_ring(system_id, devices):
+        own = link_cache_path(system_id, root, ranks=devices)
+        if own.is_file():
+            cached = own
+        elif probe and get_adapter(system.adapter, system.options).availability():
+            return probe_link(system_id, devices, root=root)
     if cached.is_file():
         data = json.loads(cached.read_text())
         if within:
@@ -118,7 +140,8 @@ def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str 
             # Each rank's ring bandwidth is its share of its node's links; the node's whole is what a layout with
             # another number of ranks per node divides (system_link).
             kept |= {"nodes": nodes, "node_bandwidth_GBps": link.bandwidth_GBps * (ranks // nodes)}
-        path = link_cache_path(system_id, root, inter_node=nodes > 1)
+        own_size = nodes == 1 and shared_host_ring(system_id, ranks)
+        path = link_cache_path(system_id, root, inter_node=nodes > 1, ranks=ranks if own_size else None)
         write_json_atomic(path, kept)
     return link
 

@@ -71,7 +71,7 @@ from accel_kit.predict.comm import Link, expert_parallel_s, fsdp_sync_s, gradien
 from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class, fit_compute, fit_exposure,
                                     fit_memory)
 from accel_kit.predict.links import system_link
-from accel_kit.predict.records import group_key, usable
+from accel_kit.predict.records import group_key, host_threads, usable
 from accel_kit.predict.shape import GiB, TERMS, StepShape
 from accel_kit.results import Record
 
@@ -119,7 +119,8 @@ class Predictor:
     """Predictions for one system from its records (those of other systems are ignored)."""
 
     def __init__(self, system: str, records: Iterable[Record], *, link: Link | None = None,
-                 link_root: str | None = None, probe: bool = True, devices_per_node: int | None = None):
+                 link_root: str | None = None, probe: bool = True, devices_per_node: int | None = None,
+                 host_cores: int | None = None):
         self.system = system
         self.records = [r for r in records if r.system == system]
         self.train = [r for r in self.records if usable(r)]
@@ -127,6 +128,10 @@ class Predictor:
         self.link_root = link_root  # where a probed link is kept (beside the records)
         self.probe = probe  # measure a link that is neither kept nor in the system's YAML
         self.devices_per_node = devices_per_node  # how the devices share nodes; None: the system's
+        # The cores of the host whose ranks share them (a CPU system's devices are processes on its cores: the
+        # adapter's threads_per_rank(1)); None: each device computes on its own (``host_share``), and one link
+        # serves rings of every size.
+        self.host_cores = host_cores
 
     def groups(self) -> dict[tuple, list[Record]]:
         out: dict[tuple, list[Record]] = {}
@@ -163,8 +168,10 @@ class Predictor:
         return best
 
     def link(self, devices: int) -> Link:
+        # Ranks sharing the host's cores (host_cores): a ring measured at its own size (links.shared_host_ring).
         return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe,
-                                                  devices_per_node=self.devices_per_node)
+                                                  devices_per_node=self.devices_per_node,
+                                                  own_size=self.host_cores is not None)
 
     def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
         """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
@@ -190,6 +197,17 @@ class Predictor:
             link = self.link(ep)
             ep_s = expert_parallel_s(*shape.expert_parallel_messages(), ep, link.bandwidth_Bps, link.latency_s)
         return tp_s, ep_s
+
+    def host_share(self, ranks: int, fit_threads: int | None) -> tuple[float, str]:
+        """How much longer a rank computes than the records' process did, where ``ranks`` ranks share the host's
+        ``host_cores``: each gets ``cores // ranks`` threads, and no more than ``cores / ranks`` of a core's time
+        where there are more ranks than cores; the records ran at ``fit_threads`` per process. Linear in cores (a
+        small model's matmuls scale worse than that, so this errs towards too short a step)."""
+        cores = self.host_cores or 1
+        threads = min(max(1, cores // ranks), cores / ranks)
+        share = (fit_threads or threads) / threads
+        return share, (f"compute: {ranks} ranks share the host's {cores} cores, {threads:.3g} core(s) each against "
+                       f"the records' {fit_threads or '?'} thread(s): x{share:.3g} (linear in cores)")
 
     def predict(self, shape: StepShape, *, exclude: set[str] = frozenset(), threads: int | None = None) -> Prediction:
         """Predict ``shape`` on this system, never using the records whose ids are in ``exclude``;
@@ -221,6 +239,11 @@ class Predictor:
         compute_s = fit.compute_s(shape)
         dp_s = tp_s = ep_s = exposure = 0.0
         lay = shape.layout
+        if self.host_cores and group and lay.devices > 1:
+            ranks = min(lay.devices, self.devices_per_node or system.devices_per_node)  # on one host
+            share, why = self.host_share(ranks, host_threads(group[0]))
+            compute_s *= share
+            assumptions.append(why)
         if lay.devices > 1:
             link = self.link(lay.devices)
             dp_s = self.comm_s(shape, link)[0]

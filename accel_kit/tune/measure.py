@@ -131,7 +131,7 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
 
     sys_desc = load_system(system)
     if not sys_desc.device_adapter().availability():
-        return plan(system, params)
+        return plan(system, params, output_dir=output_dir)
     if params.budget_s is not None and params.budget_s < POINT_START_S:
         raise ParameterError(f"budget_s {params.budget_s:g} is too small for one point: a point's start alone "
                              f"takes about {POINT_START_S} s")
@@ -151,7 +151,7 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
         notes.append(f"calibration: {len(calibrated)} single-device points of {params.preset} measured first "
                      f"({', '.join(r.status for r in calibrated)}), so the prediction rests on its own records")
         records = load_records([*sources, str(path)])
-    the_plan = plan(system, params, records, precision=choice.precision)
+    the_plan = plan(system, params, records, precision=choice.precision, output_dir=root)
     the_plan.notes += notes
     return _measure(the_plan, params, sys_desc, choice, clock, run)
 

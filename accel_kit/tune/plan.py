@@ -104,25 +104,30 @@ def resolve_params(profile: str | None, overrides: JSONObject) -> TuneParams:
     return _params.resolve(TuneParams, STUDY, profile, overrides)
 
 
-def plan(system: str, params: TuneParams, records: list | None = None, precision: str | None = None) -> Plan:
+def plan(system: str, params: TuneParams, records: list | None = None, precision: str | None = None,
+         output_dir: str | Path | None = None) -> Plan:
     """Enumerate, prune and predict ``params.preset`` on ``params.devices`` devices of ``system``, learning from
-    ``records`` (None: those under ``params.records``, else outputs/), in ``precision`` (None: as
-    ``accel-kit predict`` resolves the parameter).
+    ``records`` (None: those under ``params.records``, else under ``output_dir``, else outputs/), in
+    ``precision`` (None: as ``accel-kit predict`` resolves the parameter). A measured link is kept under the
+    first of those folders.
 
     Raises:
         ParameterError: an unknown model, a device count no layout divides, a global batch no micro-batch and GAS
             make (each in one line).
     """
-    from accel_kit.paths import output_dir
+    from accel_kit.paths import output_dir as default_output_dir
     from accel_kit.predict.heldout import load_records
     from accel_kit.systems import load_system
 
     sys_desc = load_system(system)
     params.check(sys_desc)  # an unknown preset: one line
-    dirs = params.records or [str(output_dir())]
+    dirs = params.records or [str(default_output_dir(output_dir))]
     if records is None:
         records = load_records(d for d in dirs if params.records or Path(d).exists())
-    predictor = Predictor(system, records, link_root=dirs[0])
+    adapter = sys_desc.device_adapter()
+    # Where the system's device is here and its ranks share the host's cores (a CPU's), a rank computes on its share.
+    host_cores = adapter.threads_per_rank(1) if adapter.availability() else None
+    predictor = Predictor(system, records, link_root=dirs[0], host_cores=host_cores)
     precision = precision or _precision(params, sys_desc, predictor)
     space, seq_len, global_batch = space_for(params, sys_desc, precision)
     margin, margin_source = memory_margin(records, system, dirs[0])
