@@ -23,10 +23,10 @@ from accel_kit.errors import ParameterError
 from accel_kit.json_types import JSONObject
 from accel_kit.mesh import ParallelLayout
 from accel_kit.predict.predictor import SAME_PRESET_RECORDS
-from accel_kit.tune.summary import COLUMNS, KIND, figure
 from accel_kit.tune.plan import STUDY, Plan, Ranked, TuneParams, plan, resolve_params, space_for
 from accel_kit.tune.rank import kendall_tau, ranks
 from accel_kit.tune.space import Candidate
+from accel_kit.tune.summary import COLUMNS, KIND, figure
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
