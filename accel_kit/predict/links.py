@@ -67,7 +67,7 @@ def system_link(system_id: str, devices: int, *, probe: bool = True, root: str |
         if own.is_file():
             cached = own
         elif probe and get_adapter(system.adapter, system.options).availability():
-            return probe_link(system_id, devices, root=root)
+            return probe_link(system_id, devices, root=root, own_size=True)
     if cached.is_file():
         data = json.loads(cached.read_text())
         if within:
@@ -93,14 +93,16 @@ def system_link(system_id: str, devices: int, *, probe: bool = True, root: str |
 
 
 def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str | None = None, save: bool = True,
-               root: str | Path | None = None) -> Link:
+               root: str | Path | None = None, own_size: bool = False) -> Link:
     """Measure all-reduce times across ``ranks`` processes on this system's device and fit alpha-beta.
 
     ``nodes`` 1: local processes, the link within a node. More: the ranks spread evenly over that many nodes
     of the batch job this runs in, started by ``launcher`` (None: the scheduler's own, srun or mpiexec), as a
     point's ranks are (``accel_kit.engine.launch``); the ring crosses the nodes, and what it measured is kept
     as the inter-node link, apart from the one within a node. Each size runs ``PROBE_REPEATS`` times after one
-    warm-up; the fastest counts (the link's capability, not the noise of a shared machine).
+    warm-up; the fastest counts (the link's capability, not the noise of a shared machine). ``own_size``: kept
+    as the ring of ``ranks`` alone (``system_link``'s ``own_size``), not as the link within a node that
+    ``accel-kit predict --probe-link`` keeps for every size.
     """
     from accel_kit.engine.launch import job_scheduler
     from accel_kit.paths import output_dir
@@ -140,7 +142,6 @@ def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str 
             # Each rank's ring bandwidth is its share of its node's links; the node's whole is what a layout with
             # another number of ranks per node divides (system_link).
             kept |= {"nodes": nodes, "node_bandwidth_GBps": link.bandwidth_GBps * (ranks // nodes)}
-        own_size = nodes == 1 and shared_host_ring(system_id, ranks)
         path = link_cache_path(system_id, root, inter_node=nodes > 1, ranks=ranks if own_size else None)
         write_json_atomic(path, kept)
     return link

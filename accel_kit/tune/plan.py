@@ -125,15 +125,16 @@ def plan(system: str, params: TuneParams, records: list | None = None, precision
     if records is None:
         records = load_records(d for d in dirs if params.records or Path(d).exists())
     adapter = sys_desc.device_adapter()
+    at_hand = bool(adapter.availability())
     # Where the system's device is here and its ranks share the host's cores (a CPU's), a rank computes on its share.
-    host_cores = adapter.threads_per_rank(1) if adapter.availability() else None
+    host_cores = adapter.threads_per_rank(1) if at_hand else None
     predictor = Predictor(system, records, link_root=dirs[0], host_cores=host_cores)
     precision = precision or _precision(params, sys_desc, predictor)
     space, seq_len, global_batch = space_for(params, sys_desc, precision)
     margin, margin_source = memory_margin(records, system, dirs[0])
     limit, limit_source = _device_memory(params, sys_desc)
     out = Plan(system, params, precision, seq_len, global_batch, space, [], None, margin, margin_source, limit,
-               limit_source, bool(sys_desc.device_adapter().availability()))
+               limit_source, at_hand)
     _predict(out, predictor, default_layout(params.devices, global_batch, sys_desc.micro_batch_size))
     return out
 

@@ -25,8 +25,8 @@ COLUMNS = ("predicted_rank", "measured_rank", "layout", "default", "predicted_to
 
 
 def figure(rows: pd.DataFrame, title: str) -> go.Figure:
-    """Measured against predicted tokens/s, one marker per configuration measured ok (the chosen and the default
-    named), the diagonal for reference."""
+    """Measured against predicted tokens/s, one marker per configuration measured ok, labelled with its predicted
+    rank (its hover names its layout, and the default as such), the diagonal for reference."""
     import plotly.graph_objects as go
 
     ok = rows.dropna(subset=["measured_tokens_per_s"])
@@ -34,7 +34,7 @@ def figure(rows: pd.DataFrame, title: str) -> go.Figure:
     text = [f"{layout}{' (default)' if default else ''}: predicted rank {p}, measured rank {m}"
             for layout, default, p, m in zip(ok["layout"], ok["default"], ok["predicted_rank"], ok["measured_rank"])]
     fig.add_trace(go.Scatter(x=ok["predicted_tokens_per_s"], y=ok["measured_tokens_per_s"], mode="markers+text",
-                             text=[str(p) if p == p and p is not None else "-" for p in ok["predicted_rank"]],
+                             text=["-" if pd.isna(p) else f"{p:.0f}" for p in ok["predicted_rank"]],
                              textposition="top center", hovertext=text, name="configuration (predicted rank)",
                              hovertemplate="predicted %{x:.4g}, measured %{y:.4g} tokens/s<br>%{hovertext}"))
     if not ok.empty:
