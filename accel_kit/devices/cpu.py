@@ -56,14 +56,34 @@ def _current_rss_bytes(process: psutil.Process) -> int | None:
         return None
 
 
+# After a reset the peak equals the resident set; other threads may grow it meanwhile, so a peak
+# this far above the resident set read beside it means the kernel accepted the write and ignored it
+# (seen on a sandboxed CI kernel: the window then reported the process's lifetime peak).
+_RESET_SLACK_BYTES = 16 << 20
+
+
 def _reset_hwm() -> bool:
-    """Reset this process's peak resident set size (Linux >= 4.0); False where that is not possible."""
+    """Reset this process's peak resident set size (Linux >= 4.0); False where that is not possible
+    or the kernel did not do it."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _hwm_bytes() is not None
     except OSError:
         return False
+    hwm, rss = _status_bytes("VmHWM"), _status_bytes("VmRSS")
+    return hwm is not None and rss is not None and hwm <= rss + _RESET_SLACK_BYTES
+
+
+def _status_bytes(field: str) -> int | None:
+    """A size field of /proc/self/status (``VmHWM``, ``VmRSS``) in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _hwm_bytes() -> int | None:
@@ -72,14 +92,7 @@ def _hwm_bytes() -> int | None:
     Read from /proc: psutil gives the resident set now (memory_info) but not this peak, and
     getrusage's ru_maxrss is the peak since the process started, which ``_reset_hwm`` does not reset.
     """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _status_bytes("VmHWM")
 
 
 class _RSSSampler(threading.Thread):
