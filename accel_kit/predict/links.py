@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from accel_kit.engine.launch import SCHEDULER_LAUNCHER
@@ -21,6 +22,11 @@ from accel_kit.predict.comm import Link, fit_link
 
 PROBE_SIZES_BYTES = (2**14, 2**18, 2**21, 2**23)  # 16 KiB .. 8 MiB: latency- to bandwidth-bound
 PROBE_REPEATS = 5
+# The call cost on a host whose ranks outnumber its cores (``busy_call_s``): each rank computes a burst, then
+# all-reduces a few numbers, CALL_ROUNDS times, against the same bursts without the calls; CALL_REPEATS pairs,
+# the median difference counts. A burst of about 5 ms (at the rank's contended pace) is the order of a small
+# model's work between two of its collectives, and longer than the scheduler's time slice.
+CALL_BURST_S, CALL_ROUNDS, CALL_REPEATS = 5e-3, 30, 3
 
 
 def link_cache_path(system_id: str, root: str | Path | None = None, *, inter_node: bool = False,
@@ -32,6 +38,14 @@ def link_cache_path(system_id: str, root: str | Path | None = None, *, inter_nod
 
     name = f"link-{system_id}{'-inter-node' if inter_node else ''}{f'-{ranks}-ranks' if ranks else ''}.json"
     return Path(root or output_dir()) / "what_if" / name
+
+
+def oversubscribed(system_id: str, ranks: int) -> bool:
+    """Whether ``ranks`` ranks on one host of ``system_id`` outnumber its cores (a CPU's gloo processes)."""
+    from accel_kit.systems import load_system
+
+    cores = load_system(system_id).device_adapter().threads_per_rank(1)
+    return cores is not None and ranks > cores
 
 
 def shared_host_ring(system_id: str, devices: int) -> bool:
@@ -64,14 +78,18 @@ def system_link(system_id: str, devices: int, *, probe: bool = True, root: str |
     cached = link_cache_path(system_id, root, inter_node=not within)
     if own_size and within and shared_host_ring(system_id, devices):
         own = link_cache_path(system_id, root, ranks=devices)
-        if own.is_file():
+        # (a ring kept before the call cost was measured is probed again where its ranks outnumber the cores)
+        current = own.is_file() and ("call_us" in json.loads(own.read_text()) or not oversubscribed(system_id, devices))
+        if current:
             cached = own
         elif probe and get_adapter(system.adapter, system.options).availability():
             return probe_link(system_id, devices, root=root, own_size=True)
+        elif own.is_file():
+            cached = own
     if cached.is_file():
         data = json.loads(cached.read_text())
         if within:
-            return Link(data["bandwidth_GBps"], data["latency_us"], data["source"])
+            return Link(data["bandwidth_GBps"], data["latency_us"], data["source"], data.get("call_us", 0.0))
         return Link(data["node_bandwidth_GBps"] / per_node, data["latency_us"],
                     f"{data['source']}; the node's share over its {per_node} devices")
     net = system.interconnect
@@ -102,7 +120,8 @@ def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str 
     as the inter-node link, apart from the one within a node. Each size runs ``PROBE_REPEATS`` times after one
     warm-up; the fastest counts (the link's capability, not the noise of a shared machine). ``own_size``: kept
     as the ring of ``ranks`` alone (``system_link``'s ``own_size``), not as the link within a node that
-    ``accel-kit predict --probe-link`` keeps for every size.
+    ``accel-kit predict --probe-link`` keeps for every size; where those ranks outnumber the host's cores it also
+    measures what a call waits while they compute (``busy_call_s``), the link's ``call_us``.
     """
     from accel_kit.engine.launch import job_scheduler
     from accel_kit.paths import output_dir
@@ -115,8 +134,9 @@ def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str 
     # The ranks' folder: on the shared file system beside the records (rank 0 may run on another host).
     shared = Path(root or output_dir()) / "what_if"
     shared.mkdir(parents=True, exist_ok=True)
+    busy = own_size and nodes == 1 and oversubscribed(system_id, ranks)
     with tempfile.TemporaryDirectory(dir=shared, prefix=".probe-") as tmp:
-        entry = ("-m", "accel_kit.predict.links", system_id, tmp)
+        entry = ("-m", "accel_kit.predict.links", system_id, tmp, *(["busy"] if busy else []))
         proc = _run_ranks(launcher, ranks, nodes, entry)
         result = Path(tmp) / "times.json"
         if proc.returncode or not result.is_file():
@@ -132,12 +152,17 @@ def probe_link(system_id: str, ranks: int = 2, *, nodes: int = 1, launcher: str 
     where = f"on {nodes} nodes ({', '.join(dict.fromkeys(hosts))})" if nodes > 1 else f"on {hosts[0]}"
     link = fit_link(sizes, [times[s] for s in times], ranks,
                     source=f"measured: all-reduce probe over {ranks} processes {where}, "
-                           f"{int(min(sizes))}-{int(max(sizes))} bytes, {time.strftime('%Y-%m-%d')}")
+                           f"{int(min(sizes))}-{int(max(sizes))} bytes, {time.strftime('%Y-%m-%d')}"
+                           + (", and each call's wait while they compute" if busy else ""))
+    if busy:
+        link = replace(link, call_us=data["call_s"] * 1e6)
     if save:
         from accel_kit.atomic import write_json_atomic
 
         kept = {"bandwidth_GBps": link.bandwidth_GBps, "latency_us": link.latency_us, "source": link.source,
                 "ranks": ranks, "launcher": launcher, "hosts": hosts, "times_s": times}
+        if busy:
+            kept |= {"call_us": link.call_us, "call_diffs_s": data["call_diffs_s"]}
         if nodes > 1:
             # Each rank's ring bandwidth is its share of its node's links; the node's whole is what a layout with
             # another number of ranks per node divides (system_link).
@@ -191,7 +216,46 @@ def _run_ranks(launcher: str, ranks: int, nodes: int, entry: tuple[str, ...]) ->
     return subprocess.CompletedProcess(procs[failed].args, procs[failed].returncode, None, errors[failed])
 
 
-def _probe_rank(system_id: str, out_dir: str) -> None:
+def busy_call_s(device, synchronize, threads: int | None = None) -> tuple[float, list[float]]:
+    """What one collective call costs a rank while every rank computes between calls (the process group is up):
+    the seconds ``CALL_ROUNDS`` bursts of matmuls take with a small all-reduce after each, less what the same
+    bursts take without, per call (the median of ``CALL_REPEATS`` pairs, and each pair's difference). An idle
+    ring's latency misses it: on a host with fewer cores than ranks a rank that waits is woken only when a core
+    frees up."""
+    import torch
+    import torch.distributed as dist
+
+    a = torch.randn(128, 128, device=device)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, a)
+    synchronize()
+    per = (time.perf_counter() - start) / 20
+    count = torch.tensor([max(1, round(CALL_BURST_S / per))], device=device)
+    dist.broadcast(count, 0)  # every rank the same work: rank 0's count
+    n, small = int(count), torch.ones(256, device=device)
+
+    def rounds(calls: bool) -> float:
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(CALL_ROUNDS):
+            for _ in range(n):
+                torch.mm(a, a)
+            if calls:
+                dist.all_reduce(small)
+        synchronize()
+        dist.barrier()
+        return time.perf_counter() - start
+
+    diffs = []
+    for _ in range(CALL_REPEATS):
+        alone = rounds(False)
+        diffs.append((rounds(True) - alone) / CALL_ROUNDS)
+    return max(0.0, sorted(diffs)[len(diffs) // 2]), diffs
+
+
+def _probe_rank(system_id: str, out_dir: str, busy: str = "") -> None:
     import socket
 
     import torch
@@ -225,12 +289,16 @@ def _probe_rank(system_id: str, out_dir: str) -> None:
         # The slowest rank's time is the collective's.
         t = torch.tensor([best[s] for s in PROBE_SIZES_BYTES], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        calls = {}
+        if busy:
+            call_s, diffs = busy_call_s(device, adapter.synchronize)
+            calls = {"call_s": call_s, "call_diffs_s": diffs}
         if rank == 0:
             Path(out_dir, "times.json").write_text(json.dumps(
-                {"times_s": dict(zip(map(str, PROBE_SIZES_BYTES), t.tolist())), "hosts": hosts}))
+                {"times_s": dict(zip(map(str, PROBE_SIZES_BYTES), t.tolist())), "hosts": hosts} | calls))
     finally:
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":  # one rank of the probe: SYSTEM OUT_DIR (its rank and rendezvous from its launcher)
-    _probe_rank(*sys.argv[1:3])
+if __name__ == "__main__":  # one rank of the probe: SYSTEM OUT_DIR [busy] (its rank and rendezvous from its launcher)
+    _probe_rank(*sys.argv[1:4])

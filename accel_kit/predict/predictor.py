@@ -61,13 +61,14 @@ the model's own where there are enough), fits on them and adds the layout's comm
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 import numpy as np
 
 from accel_kit.json_types import JSONObject
-from accel_kit.predict.comm import Link, expert_parallel_s, fsdp_sync_s, gradient_sync_s, tensor_parallel_s
+from accel_kit.predict.comm import (Link, collective_s, expert_parallel_s, fsdp_sync_s, gradient_sync_s,
+                                   tensor_parallel_s)
 from accel_kit.predict.fits import (MIN_FIT_RECORDS, ComputeFit, exposure_class, fit_compute, fit_exposure,
                                     fit_memory)
 from accel_kit.predict.links import system_link
@@ -152,12 +153,18 @@ class Predictor:
         if not groups:
             return None
 
-        # Records at this device count first; else those nearest below it (on a CPU, ranks share the
-        # host's cores, so records of several ranks say how a rank computes among others); then the most.
+        # Where ranks share the host's cores, records made with a rank's own thread count first: a rank's compute
+        # is then theirs stretched by its share of the cores alone (``host_share``), where records with more
+        # threads carry how well this model's kernels use them (a small MoE's two threads ran 1.35x one).
+        # Then records at this device count; else those nearest below it (on a CPU, ranks share the host's
+        # cores, so records of several ranks say how a rank computes among others); then the most.
+        devices = shape.layout.devices
+        own_threads = max(1, self.host_cores // devices) if self.host_cores else None
+
         def rank(g: list[Record]) -> tuple:
             counts = [r.params["devices"] for r in g]
-            devices = shape.layout.devices
-            return devices in counts, max((c for c in counts if c <= devices), default=0), len(g)
+            return (own_threads is not None and host_threads(g[0]) == own_threads, devices in counts,
+                    max((c for c in counts if c <= devices), default=0), len(g))
 
         best = max(groups, key=rank)
         # The model's own records where there are enough of them: a rate fitted across models (a codon
@@ -167,35 +174,57 @@ class Predictor:
             return same
         return best
 
-    def link(self, devices: int) -> Link:
+    def link(self, devices: int, host_ranks: int | None = None) -> Link:
+        """The link of a group of ``devices``; ``host_ranks``: the ranks sharing the host's cores, where the
+        group's are among them (each call then waits for a core: the call cost measured with that many ranks)."""
+        if self._link_override:
+            return self._link_override
         # Ranks sharing the host's cores (host_cores): a ring measured at its own size (links.shared_host_ring).
-        return self._link_override or system_link(self.system, devices, root=self.link_root, probe=self.probe,
-                                                  devices_per_node=self.devices_per_node,
-                                                  own_size=self.host_cores is not None)
+        link = system_link(self.system, devices, root=self.link_root, probe=self.probe,
+                           devices_per_node=self.devices_per_node, own_size=self.host_cores is not None)
+        if not host_ranks or not self.host_cores or host_ranks <= self.host_cores or host_ranks == devices:
+            return link
+        busy = system_link(self.system, host_ranks, root=self.link_root, probe=self.probe,
+                           devices_per_node=self.devices_per_node, own_size=True)
+        return replace(link, call_us=busy.call_us, source=f"{link.source}; {busy.call_us:.3g} us a call while "
+                                                          f"{host_ranks} ranks compute ({busy.source})")
 
-    def comm_s(self, shape: StepShape, dp_link: Link) -> tuple[float, float]:
+    def host_ranks(self, shape: StepShape, per_node: int) -> int | None:
+        """The ranks of ``shape`` that share one host's cores (None: each device computes on its own)."""
+        return min(shape.layout.devices, per_node) if self.host_cores else None
+
+    def oversubscribed(self, host_ranks: int | None) -> bool:
+        """Whether more ranks than cores share the host: a waiting rank's core then goes to another rank."""
+        return bool(host_ranks and self.host_cores and host_ranks > self.host_cores)
+
+    def comm_s(self, shape: StepShape, dp_link: Link, host_ranks: int | None = None) -> tuple[float, float]:
         """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
         first over ``dp_link``, the second exposed whole (``layer_comm_s``)."""
         dp_s, lay = 0.0, shape.layout
         if lay.dp > 1:
-            bw, lat = dp_link.bandwidth_Bps, dp_link.latency_s
+            bw, lat, call = dp_link.bandwidth_Bps, dp_link.latency_s, dp_link.call_s
             if lay.engine == "fsdp":
-                dp_s = fsdp_sync_s(*shape.fsdp_messages(), lay.dp, bw, lat)
+                dp_s = fsdp_sync_s(*shape.fsdp_messages(), lay.dp, bw, lat, units=shape.fsdp_units, call_s=call)
             else:
-                dp_s = gradient_sync_s(shape.grad_bytes(), lay.dp, bw, lat, zero1=lay.engine == "deepspeed")
-        return dp_s, sum(self.layer_comm_s(shape))
+                dp_s = gradient_sync_s(shape.grad_bytes(), lay.dp, bw, lat, zero1=lay.engine == "deepspeed",
+                                       call_s=call)
+        return dp_s, sum(self.layer_comm_s(shape, host_ranks))
 
-    def layer_comm_s(self, shape: StepShape) -> tuple[float, float]:
+    def layer_comm_s(self, shape: StepShape, host_ranks: int | None = None) -> tuple[float, float]:
         """(tensor-parallel, expert-parallel) seconds per step of the exchanges inside the blocks, each over its
         group's link (its ranks are neighbours on the mesh, within one node where it has room)."""
         tp_s = ep_s = 0.0
         tp, ep = shape.layout.tp, shape.layout.ep
         if tp > 1:
-            link = self.link(tp)
-            tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), tp, link.bandwidth_Bps, link.latency_s)
+            link = self.link(tp, host_ranks)
+            tp_s = tensor_parallel_s(*shape.tensor_parallel_messages(), tp, link.bandwidth_Bps, link.latency_s,
+                                     link.call_s)
         if ep > 1:
-            link = self.link(ep)
-            ep_s = expert_parallel_s(*shape.expert_parallel_messages(), ep, link.bandwidth_Bps, link.latency_s)
+            link = self.link(ep, host_ranks)
+            ep_s = (expert_parallel_s(*shape.expert_parallel_messages(), ep, link.bandwidth_Bps, link.latency_s,
+                                      link.call_s)
+                    + shape.expert_parallel_count_gathers() * collective_s("all_gather", 0, ep, link.bandwidth_Bps,
+                                                                           link.latency_s, link.call_s))
         return tp_s, ep_s
 
     def host_share(self, ranks: int, fit_threads: int | None) -> tuple[float, str]:
@@ -239,34 +268,42 @@ class Predictor:
         compute_s = fit.compute_s(shape)
         dp_s = tp_s = ep_s = exposure = 0.0
         lay = shape.layout
-        if self.host_cores and group and lay.devices > 1:
-            ranks = min(lay.devices, self.devices_per_node or system.devices_per_node)  # on one host
-            share, why = self.host_share(ranks, host_threads(group[0]))
+        host_ranks = self.host_ranks(shape, self.devices_per_node or system.devices_per_node)
+        share = 1.0
+        if host_ranks and group and lay.devices > 1:
+            share, why = self.host_share(host_ranks, host_threads(group[0]))
             compute_s *= share
             assumptions.append(why)
         if lay.devices > 1:
-            link = self.link(lay.devices)
+            link = self.link(lay.devices, host_ranks)
             dp_s = self.comm_s(shape, link)[0]
-            tp_s, ep_s = self.layer_comm_s(shape)
+            tp_s, ep_s = self.layer_comm_s(shape, host_ranks)
             inputs.append(f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
-                          f"step ({link.source})")
+                          f"step{_call(link)} ({link.source})")
             if lay.tp > 1:
-                tp_link = self.link(lay.tp)
+                tp_link = self.link(lay.tp, host_ranks)
                 inputs.append(f"tensor-parallel link ({lay.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
-                              f"{tp_link.latency_us:.3g} us per ring step ({tp_link.source})")
+                              f"{tp_link.latency_us:.3g} us per ring step{_call(tp_link)} ({tp_link.source})")
             if lay.ep > 1:
-                ep_link = self.link(lay.ep)
+                ep_link = self.link(lay.ep, host_ranks)
                 inputs.append(f"expert-parallel link ({lay.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
-                              f"{ep_link.latency_us:.3g} us per exchange step ({ep_link.source})")
+                              f"{ep_link.latency_us:.3g} us per exchange step{_call(ep_link)} ({ep_link.source})")
             if dp_s > 0:
                 kind = exposure_class(shape)
-                exposure, why = (fit_exposure(group, fit, lambda s: self.comm_s(s, link), kind) if group else
-                                 (1.0, "exposed communication: all of it (assumed, no records)"))
+                exposure, why = (fit_exposure(group, fit, lambda s: self.comm_s(s, link, host_ranks), kind)
+                                 if group else (1.0, "exposed communication: all of it (assumed, no records)"))
                 (inputs if "median" in why else assumptions).append(why)
         # A pipeline's stage computes (and all-reduces over tp) for m chunk times of every m + pp - 1 the
         # step lasts; the data-parallel traffic follows, its unoverlapped share exposed.
         bubble = shape.bubble_fraction
         stage_s = (compute_s + tp_s + ep_s) / (1 - bubble)
+        if bubble and self.oversubscribed(host_ranks):
+            # More ranks than cores: a stage waiting in the bubble gives its core to another rank's work, so the
+            # step is the host's work over its cores, unless one rank's own chain, computed at its threads'
+            # whole pace, is longer (measured on 2 cores, 4 ranks: pp 2 ran 14-34 % faster than the bubble said).
+            stage_s = max(compute_s, compute_s / share / (1 - bubble)) + tp_s + ep_s
+            assumptions.append(f"pipeline bubble: filled by the other ranks' work ({host_ranks} ranks share "
+                               f"{self.host_cores} cores)")
         step_s = stage_s + exposure * dp_s
         exposed = exposure * dp_s + tp_s + ep_s
         tokens_per_s = shape.tokens_per_step_per_replica * lay.dp / step_s
@@ -282,7 +319,7 @@ class Predictor:
                                f"nodes: the data-parallel ring runs at the inter-node link's per-device share")
         return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s + ep_s, exposed, tokens_per_s, efficiency,
                           mem_gib, device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
-                          fit.terms_s(shape), inputs, assumptions, tp_s, stage_s * bubble, ep_s)
+                          fit.terms_s(shape), inputs, assumptions, tp_s, stage_s - (compute_s + tp_s + ep_s), ep_s)
 
     def _fallback_fit(self, shape: StepShape, system, inputs: list[str], assumptions: list[str]) -> ComputeFit:
         """Without training records: the system's block microbenchmark rate, else its datasheet peak x efficiency."""
@@ -314,6 +351,10 @@ class Predictor:
                                f"GPUs; not measured on {self.system}")
         inputs.append(why)
         return ComputeFit(self.system, shape.precision, None, rates, float("nan"), [], why)
+
+
+def _call(link: Link) -> str:
+    return f", {link.call_us:.3g} us a call" if link.call_us else ""
 
 
 def _layout_assumptions(shape: StepShape) -> list[str]:

@@ -143,8 +143,8 @@ class StepShape:
         """(all-to-alls per step, bytes each rank sends in each) over the ep group: per MoE layer of the stage and
         micro-batch chunk, the dispatch and the combine in forward and their reverses in backward (4), 2 more
         where checkpointing recomputes the forward; each a chunk's token copies, b x s x k x h in the compute
-        dtype (``accel_kit.models.moe.parallel``). The counts' all-gather before each dispatch (E integers)
-        is latency only and left out."""
+        dtype (``accel_kit.models.moe.parallel``). The counts' all-gather before each dispatch (E integers) is
+        latency only: ``expert_parallel_count_gathers``."""
         if self.layout.ep == 1 or not self.n_moe_layers:
             return 0, 0.0
         per_layer = 4 + (2 if self.activation_checkpointing else 0)
@@ -161,6 +161,21 @@ class StepShape:
         (``set_requires_gradient_sync`` on the last micro-batch), in fp32 (the bf16 policy's reduce dtype)."""
         local = self.weights_per_device()
         return 2 * self.layout.gas, local * spec(self.precision).bytes_per_element, local * 4
+
+    @property
+    def fsdp_units(self) -> int:
+        """The units FSDP shards, each gathered and reduced in a call of its own: every block of the stage and
+        the root module holding the rest (``accel_kit.engine.parallel``)."""
+        return self.stage_layers + 1
+
+    def expert_parallel_count_gathers(self) -> int:
+        """All-gathers per step of the tokens-per-expert counts over the ep group, one before each forward
+        dispatch (a few integers: no bandwidth, but a call each)."""
+        if self.layout.ep == 1 or not self.n_moe_layers:
+            return 0
+        moe_layers = math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
+        forwards = 2 if self.activation_checkpointing else 1
+        return self.layout.gas * self.layout.microbatches * moe_layers * forwards
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""

@@ -195,9 +195,12 @@ def peak_shapes(points: Sequence[TrainPoint]) -> tuple[tuple[int, int, int], ...
 
 
 def run_points(study: str, params: TrainingParams, system: System, points: Sequence[Point], *, records_path: Path,
-               run_id: str, profile: str | None, progress: bool, rerun: bool = False) -> list[Record]:
+               run_id: str, profile: str | None, progress: bool, rerun: bool = False,
+               threads_as_ranks: int | None = None) -> list[Record]:
     """Resolve the training points' data, then run (or resume) the sweep of ``points`` (of any kind: a study
-    may measure other kinds beside its training steps) with a measured peak reference."""
+    may measure other kinds beside its training steps) with a measured peak reference. Where ranks share the
+    host's cores, every process gets the threads of one rank among ``threads_as_ranks`` (None: among the points'
+    largest device count)."""
     params.check(system)
     train = [p for p in points if isinstance(p, TrainPoint)]
     check_data_vocab(train)
@@ -216,7 +219,8 @@ def run_points(study: str, params: TrainingParams, system: System, points: Seque
     return run_sweep(study, points, records_path=records_path, run_id=run_id, extra_params=extra,
                      timeout_s=params.timeout_s, launcher=params.launcher, max_nodes=params.max_nodes,
                      rendezvous_port=params.rendezvous_port,
-                     progress=progress, cpu_threads=adapter.threads_per_rank(max((p.devices for p in train), default=1)),
+                     progress=progress, cpu_threads=adapter.threads_per_rank(
+                         threads_as_ranks or max((p.devices for p in train), default=1)),
                      peak=peak, rerun=rerun)
 
 

@@ -146,23 +146,31 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
            "rerun": rerun}
     records = load_records(s for s in sources if params.records or Path(s).exists())
     notes = []
-    if _needs_calibration(records, system, params.preset, choice.precision):
-        calibrated = _run(params, sys_desc, choice, _calibration(sys_desc.micro_batch_size), clock, run)
+    # Where ranks share the host's cores (a CPU's), the calibration runs with one rank's threads: a rank's compute
+    # is then its records' stretched by its share of the cores alone, not by how well more threads scale.
+    threads = sys_desc.device_adapter().threads_per_rank(params.devices)
+    if _needs_calibration(records, system, params.preset, choice.precision, threads):
+        calibrated = _run(params, sys_desc, choice, _calibration(sys_desc.micro_batch_size), clock, run,
+                          threads_as_ranks=params.devices)
         notes.append(f"calibration: {len(calibrated)} single-device points of {params.preset} measured first "
-                     f"({', '.join(r.status for r in calibrated)}), so the prediction rests on its own records")
+                     f"({', '.join(r.status for r in calibrated)})"
+                     + (f" with one rank's {threads} thread(s)" if threads else "")
+                     + ", so the prediction rests on its own records")
         records = load_records([*sources, str(path)])
     the_plan = plan(system, params, records, precision=choice.precision, output_dir=root)
     the_plan.notes += notes
     return _measure(the_plan, params, sys_desc, choice, clock, run)
 
 
-def _needs_calibration(records: list, system: str, preset: str, precision: str) -> bool:
-    """Whether the system has fewer single-device records of ``preset`` at ``precision`` than a fit of its own
-    takes (the predictor then fits on other models' rates, or has none)."""
-    from accel_kit.predict.records import usable
+def _needs_calibration(records: list, system: str, preset: str, precision: str, threads: int | None = None) -> bool:
+    """Whether the system has fewer single-device records of ``preset`` at ``precision`` (and ``threads`` host
+    threads, where given) than a fit of its own takes (the predictor then fits on other models' rates, or has
+    none)."""
+    from accel_kit.predict.records import host_threads, usable
 
     own = [r for r in records if r.system == system and usable(r) and r.params["preset"] == preset
-           and r.params["precision"] == precision and r.params["devices"] == 1]
+           and r.params["precision"] == precision and r.params["devices"] == 1
+           and (threads is None or host_threads(r) == threads)]
     return len(own) < SAME_PRESET_RECORDS
 
 
@@ -175,8 +183,9 @@ def _calibration(system_mb: int) -> list[Candidate]:
 
 
 def _run(params: TuneParams, system: System, choice: PrecisionChoice, candidates: list[Candidate], clock: Clock,
-         run: RunArgs) -> list[Record]:
-    """Measure ``candidates`` one after the other (each with what is left of the budget); their records."""
+         run: RunArgs, threads_as_ranks: int | None = None) -> list[Record]:
+    """Measure ``candidates`` one after the other (each with what is left of the budget; ``threads_as_ranks``:
+    ``run_points``'); their records."""
     from accel_kit.studies.training import make_point, run_points
 
     out = []
@@ -185,7 +194,7 @@ def _run(params: TuneParams, system: System, choice: PrecisionChoice, candidates
         if left is not None and left <= POINT_START_S:
             break
         point = make_point(params, system, choice, **cand.fields(), time_budget_s=left)
-        out += run_points(STUDY, params, system, [point], **run)
+        out += run_points(STUDY, params, system, [point], **run, threads_as_ranks=threads_as_ranks)
     return out
 
 
