@@ -176,3 +176,20 @@ def test_predict_help_lists_every_parameter(capsys):
     listed = text.split("a what-if parameter: ", 1)[1].split("; VALUE is YAML", 1)[0].split(", ")
     assert listed == WhatIfParams.parameter_names()
     assert {"ep", "inference_batch_sizes", "inference_input_len", "inference_output_len"} <= set(listed)
+
+
+def test_a_call_cost_counts_once_per_call_and_fsdp_calls_once_per_unit():
+    # On a host whose ranks outnumber its cores each call also waits for a core (Link.call_us): once per call,
+    # whatever its ring steps or bytes; FSDP2 calls once per sharded unit, its bytes the same in all.
+    bw, lat, call = 1e9, 100e-6, 5e-3
+    assert comm.collective_s("all_reduce", 1e6, 4, bw, lat, call) == pytest.approx(
+        comm.collective_s("all_reduce", 1e6, 4, bw, lat) + call)
+    assert comm.collective_s("all_reduce", 1e6, 1, bw, lat, call) == 0.0  # one rank: no call
+    one = comm.fsdp_sync_s(2, 8e6, 16e6, 4, bw, lat)
+    units = comm.fsdp_sync_s(2, 8e6, 16e6, 4, bw, lat, units=3)
+    steps = 2 * comm.ring_steps("all_gather", 4) + comm.ring_steps("reduce_scatter", 4)  # 2 gathers + 1 scatter
+    assert units - one == pytest.approx(2 * steps * lat)  # two more units' latency, no more bytes
+    with_calls = comm.fsdp_sync_s(2, 8e6, 16e6, 4, bw, lat, units=3, call_s=call)
+    assert with_calls - units == pytest.approx(3 * 3 * call)  # (2 gathers + 1 scatter) x 3 units
+    assert comm.tensor_parallel_s(8, 1e4, 2, bw, lat, call) == pytest.approx(
+        comm.tensor_parallel_s(8, 1e4, 2, bw, lat) + 8 * call)
