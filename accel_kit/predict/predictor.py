@@ -278,16 +278,7 @@ class Predictor:
             link = self.link(lay.devices, host_ranks)
             dp_s = self.comm_s(shape, link)[0]
             tp_s, ep_s = self.layer_comm_s(shape, host_ranks)
-            inputs.append(f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
-                          f"step{_call(link)} ({link.source})")
-            if lay.tp > 1:
-                tp_link = self.link(lay.tp, host_ranks)
-                inputs.append(f"tensor-parallel link ({lay.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
-                              f"{tp_link.latency_us:.3g} us per ring step{_call(tp_link)} ({tp_link.source})")
-            if lay.ep > 1:
-                ep_link = self.link(lay.ep, host_ranks)
-                inputs.append(f"expert-parallel link ({lay.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
-                              f"{ep_link.latency_us:.3g} us per exchange step{_call(ep_link)} ({ep_link.source})")
+            inputs += self._link_inputs(shape, link, host_ranks)
             if dp_s > 0:
                 kind = exposure_class(shape)
                 exposure, why = (fit_exposure(group, fit, lambda s: self.comm_s(s, link, host_ranks), kind)
@@ -320,6 +311,21 @@ class Predictor:
         return Prediction(self.system, shape, step_s, compute_s, dp_s + tp_s + ep_s, exposed, tokens_per_s, efficiency,
                           mem_gib, device_gib, None if device_gib is None else mem_gib <= 0.9 * device_gib, basis,
                           fit.terms_s(shape), inputs, assumptions, tp_s, stage_s - (compute_s + tp_s + ep_s), ep_s)
+
+    def _link_inputs(self, shape: StepShape, link: Link, host_ranks: int | None) -> list[str]:
+        """The links ``shape`` crosses, as input lines with their sources."""
+        lay = shape.layout
+        out = [f"link: {link.bandwidth_GBps:.3g} GB/s per direction, {link.latency_us:.3g} us per ring "
+               f"step{_call(link)} ({link.source})"]
+        if lay.tp > 1:
+            tp_link = self.link(lay.tp, host_ranks)
+            out.append(f"tensor-parallel link ({lay.tp} devices): {tp_link.bandwidth_GBps:.3g} GB/s, "
+                       f"{tp_link.latency_us:.3g} us per ring step{_call(tp_link)} ({tp_link.source})")
+        if lay.ep > 1:
+            ep_link = self.link(lay.ep, host_ranks)
+            out.append(f"expert-parallel link ({lay.ep} devices): {ep_link.bandwidth_GBps:.3g} GB/s, "
+                       f"{ep_link.latency_us:.3g} us per exchange step{_call(ep_link)} ({ep_link.source})")
+        return out
 
     def _fallback_fit(self, shape: StepShape, system, inputs: list[str], assumptions: list[str]) -> ComputeFit:
         """Without training records: the system's block microbenchmark rate, else its datasheet peak x efficiency."""
