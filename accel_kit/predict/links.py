@@ -79,12 +79,10 @@ def system_link(system_id: str, devices: int, *, probe: bool = True, root: str |
     if own_size and within and shared_host_ring(system_id, devices):
         own = link_cache_path(system_id, root, ranks=devices)
         # (a ring kept before the call cost was measured is probed again where its ranks outnumber the cores)
-        current = own.is_file() and ("call_us" in json.loads(own.read_text()) or not oversubscribed(system_id, devices))
-        if current:
-            cached = own
-        elif probe and get_adapter(system.adapter, system.options).availability():
+        stale = own.is_file() and oversubscribed(system_id, devices) and "call_us" not in json.loads(own.read_text())
+        if (stale or not own.is_file()) and probe and get_adapter(system.adapter, system.options).availability():
             return probe_link(system_id, devices, root=root, own_size=True)
-        elif own.is_file():
+        if own.is_file():
             cached = own
     if cached.is_file():
         data = json.loads(cached.read_text())
@@ -216,7 +214,7 @@ def _run_ranks(launcher: str, ranks: int, nodes: int, entry: tuple[str, ...]) ->
     return subprocess.CompletedProcess(procs[failed].args, procs[failed].returncode, None, errors[failed])
 
 
-def busy_call_s(device, synchronize, threads: int | None = None) -> tuple[float, list[float]]:
+def busy_call_s(device, synchronize) -> tuple[float, list[float]]:
     """What one collective call costs a rank while every rank computes between calls (the process group is up):
     the seconds ``CALL_ROUNDS`` bursts of matmuls take with a small all-reduce after each, less what the same
     bursts take without, per call (the median of ``CALL_REPEATS`` pairs, and each pair's difference). An idle

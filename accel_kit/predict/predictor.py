@@ -133,6 +133,7 @@ class Predictor:
         # adapter's threads_per_rank(1)); None: each device computes on its own (``host_share``), and one link
         # serves rings of every size.
         self.host_cores = host_cores
+        self._links: dict[tuple[int, int | None], Link] = {}  # (group, host ranks): each read or probed once
 
     def groups(self) -> dict[tuple, list[Record]]:
         out: dict[tuple, list[Record]] = {}
@@ -179,15 +180,17 @@ class Predictor:
         group's are among them (each call then waits for a core: the call cost measured with that many ranks)."""
         if self._link_override:
             return self._link_override
-        # Ranks sharing the host's cores (host_cores): a ring measured at its own size (links.shared_host_ring).
-        link = system_link(self.system, devices, root=self.link_root, probe=self.probe,
-                           devices_per_node=self.devices_per_node, own_size=self.host_cores is not None)
-        if not host_ranks or not self.host_cores or host_ranks <= self.host_cores or host_ranks == devices:
-            return link
-        busy = system_link(self.system, host_ranks, root=self.link_root, probe=self.probe,
-                           devices_per_node=self.devices_per_node, own_size=True)
-        return replace(link, call_us=busy.call_us, source=f"{link.source}; {busy.call_us:.3g} us a call while "
-                                                          f"{host_ranks} ranks compute ({busy.source})")
+        key = (devices, host_ranks if self.oversubscribed(host_ranks) and host_ranks != devices else None)
+        if key not in self._links:
+            # Ranks sharing the host's cores (host_cores): a ring measured at its own size (links.shared_host_ring).
+            link = system_link(self.system, devices, root=self.link_root, probe=self.probe,
+                               devices_per_node=self.devices_per_node, own_size=self.host_cores is not None)
+            if key[1]:
+                busy = self.link(key[1])  # (the host's ring of its own size: its call cost)
+                link = replace(link, call_us=busy.call_us, source=f"{link.source}; {busy.call_us:.3g} us a call "
+                                                                  f"while {key[1]} ranks compute ({busy.source})")
+            self._links[key] = link
+        return self._links[key]
 
     def host_ranks(self, shape: StepShape, per_node: int) -> int | None:
         """The ranks of ``shape`` that share one host's cores (None: each device computes on its own)."""
@@ -199,16 +202,19 @@ class Predictor:
 
     def comm_s(self, shape: StepShape, dp_link: Link, host_ranks: int | None = None) -> tuple[float, float]:
         """(data-parallel, tensor- and expert-parallel) seconds of ``shape``'s modelled traffic per step: the
-        first over ``dp_link``, the second exposed whole (``layer_comm_s``)."""
-        dp_s, lay = 0.0, shape.layout
-        if lay.dp > 1:
-            bw, lat, call = dp_link.bandwidth_Bps, dp_link.latency_s, dp_link.call_s
-            if lay.engine == "fsdp":
-                dp_s = fsdp_sync_s(*shape.fsdp_messages(), lay.dp, bw, lat, units=shape.fsdp_units, call_s=call)
-            else:
-                dp_s = gradient_sync_s(shape.grad_bytes(), lay.dp, bw, lat, zero1=lay.engine == "deepspeed",
-                                       call_s=call)
-        return dp_s, sum(self.layer_comm_s(shape, host_ranks))
+        first over ``dp_link`` (``dp_comm_s``), the second exposed whole (``layer_comm_s``)."""
+        return self.dp_comm_s(shape, dp_link), sum(self.layer_comm_s(shape, host_ranks))
+
+    @staticmethod
+    def dp_comm_s(shape: StepShape, dp_link: Link) -> float:
+        """Seconds per step of ``shape``'s data-parallel traffic over ``dp_link``."""
+        lay = shape.layout
+        if lay.dp == 1:
+            return 0.0
+        bw, lat, call = dp_link.bandwidth_Bps, dp_link.latency_s, dp_link.call_s
+        if lay.engine == "fsdp":
+            return fsdp_sync_s(*shape.fsdp_messages(), lay.dp, bw, lat, units=shape.fsdp_units, call_s=call)
+        return gradient_sync_s(shape.grad_bytes(), lay.dp, bw, lat, zero1=lay.engine == "deepspeed", call_s=call)
 
     def layer_comm_s(self, shape: StepShape, host_ranks: int | None = None) -> tuple[float, float]:
         """(tensor-parallel, expert-parallel) seconds per step of the exchanges inside the blocks, each over its
@@ -276,7 +282,7 @@ class Predictor:
             assumptions.append(why)
         if lay.devices > 1:
             link = self.link(lay.devices, host_ranks)
-            dp_s = self.comm_s(shape, link)[0]
+            dp_s = self.dp_comm_s(shape, link)
             tp_s, ep_s = self.layer_comm_s(shape, host_ranks)
             inputs += self._link_inputs(shape, link, host_ranks)
             if dp_s > 0:

@@ -148,8 +148,7 @@ class StepShape:
         if self.layout.ep == 1 or not self.n_moe_layers:
             return 0, 0.0
         per_layer = 4 + (2 if self.activation_checkpointing else 0)
-        moe_layers = math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
-        count = self.layout.gas * self.layout.microbatches * moe_layers * per_layer
+        count = self._moe_layer_chunks() * per_layer
         chunk = self.layout.micro_batch_size / self.layout.microbatches
         copies = chunk * self.seq_len / self.layout.cp * self.experts_per_token
         return count, copies * self.hidden * spec(self.precision).bytes_per_element
@@ -173,9 +172,12 @@ class StepShape:
         dispatch (a few integers: no bandwidth, but a call each)."""
         if self.layout.ep == 1 or not self.n_moe_layers:
             return 0
-        moe_layers = math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
-        forwards = 2 if self.activation_checkpointing else 1
-        return self.layout.gas * self.layout.microbatches * moe_layers * forwards
+        return self._moe_layer_chunks() * (2 if self.activation_checkpointing else 1)
+
+    def _moe_layer_chunks(self) -> int:
+        """The stage's MoE layers times the micro-batch chunks each runs per step."""
+        return (self.layout.gas * self.layout.microbatches
+                * math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers))
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
