@@ -1,5 +1,5 @@
-"""accel-kit tune: the layouts it enumerates and why it removes the others, its refusals, Kendall's tau, and a
-configuration the memory model removes failing under the memory cap it was removed for."""
+"""accel-kit tune: the layouts it enumerates and why it removes the others, its refusals, Kendall's tau, its
+notebook and the report's section (the memory pruning under a real cap: tests/test_tune_memory.py)."""
 from pathlib import Path
 
 import pytest
