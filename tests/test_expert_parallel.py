@@ -288,6 +288,21 @@ def test_predictor_adds_the_all_to_alls_and_shards_the_experts():
         resolve_params("full", {"preset": "moe-debug", "ep": 4, "devices": [2]})
 
 
+def test_a_rank_issues_its_local_experts_one_by_one():
+    # Per micro-batch chunk: each block of the stage, and each expert a rank holds in the stage's MoE layers
+    # (moe-debug: 3 blocks, 2 of them MoE, 8 experts); a dense model counts its blocks alone.
+    from accel_kit.predict.shape import TERMS, shape_for
+
+    debug = dict(seq_len=64, precision="bf16")
+    units = {ep: shape_for("moe-debug", _mb4(devices=4, ep=ep), **debug).launch_units() for ep in (1, 2, 4)}
+    assert units == {1: 3 + 2 * 8, 2: 3 + 2 * 4, 4: 3 + 2 * 2}
+    assert shape_for("moe-debug", _mb4(devices=2, pp=2), **debug).launch_units() == 2 + 2 * 8  # a stage's 2 blocks
+    assert shape_for("llama3-debug", _mb4(devices=4), **debug).launch_units() == 2
+    launches = TERMS.index("layer_launches")
+    gas2 = shape_for("moe-debug", _mb4(devices=4, ep=4, gas=2), **debug)
+    assert gas2.work()[launches] == 2 * units[4]  # once per micro-batch
+
+
 def test_an_adapter_that_lays_points_out_itself_is_not_given_ep():
     from types import SimpleNamespace
 

@@ -61,6 +61,7 @@ class StepShape:
     cfg: object = field(default=None, compare=False, repr=False)  # the family's config (the memory estimate)
     n_moe_layers: int = 0  # the family's MoE layers (0: a dense model)
     experts_per_token: int = 0  # top-k: the expert copies of each token a MoE layer dispatches
+    n_experts: int = 0  # routed experts per MoE layer (a rank holds n_experts / ep of them)
 
     @property
     def stage_layers(self) -> int:
@@ -99,7 +100,19 @@ class StepShape:
         attention = tokens * self.flop_terms.attention * stage / (L * tp * cp)
         return np.array([matmul * backward * recompute, attention * backward * recompute,
                          tokens * stage * self.hidden / cp * recompute, tokens * self.vocab / cp,
-                         self.layout.gas * self.layout.microbatches * stage, self.optimizer_params()], dtype=float)
+                         self.layout.gas * self.layout.microbatches * self.launch_units(), self.optimizer_params()],
+                        dtype=float)
+
+    def launch_units(self) -> int:
+        """What a micro-batch chunk issues one at a time on a device, each at a cost independent of its size: every
+        block of the stage, and every local expert of its MoE layers. An expert's products run expert by expert
+        (a loop, or a grouped kernel that loops on a CPU), so its cost follows the experts a rank holds more than
+        their rows: moe-debug's training step at one thread, micro-batch 4, took 126 ms with its 8 experts and
+        60 ms with 2 taking the same rows (an ep-4 rank's share), about 5 ms per expert and MoE layer, where a
+        block costs about 2 ms a micro-batch besides its FLOPs. Counted 1 each (one rate for both: a single
+        device's records cannot tell them apart, since their counts grow together)."""
+        local_experts = self.n_experts // self.layout.ep if self.n_experts else 0
+        return self.stage_layers + self.stage_moe_layers * local_experts
 
     def weights_per_device(self) -> int:
         """Parameters one device computes with (``accel_kit.models.memory.weights_per_device``); the model's
@@ -174,10 +187,14 @@ class StepShape:
             return 0
         return self._moe_layer_chunks() * (2 if self.activation_checkpointing else 1)
 
+    @property
+    def stage_moe_layers(self) -> int:
+        """The MoE layers of a pipeline stage (the larger ones' share); all of them without a pipeline."""
+        return math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers)
+
     def _moe_layer_chunks(self) -> int:
         """The stage's MoE layers times the micro-batch chunks each runs per step."""
-        return (self.layout.gas * self.layout.microbatches
-                * math.ceil(self.n_moe_layers * self.stage_layers / self.n_layers))
+        return self.layout.gas * self.layout.microbatches * self.stage_moe_layers
 
     def memory_estimate(self):
         """``accel_kit.models.MemoryEstimate`` of one device at this shape."""
@@ -214,4 +231,4 @@ def shape_for(preset: str, layout: ParallelLayout, *, seq_len: int, precision: s
     return StepShape(preset, model.n_layers, model.hidden_size, model.vocab_size_model,
                      count_params(preset, **overrides), family.flop_terms(cfg, seq_len), seq_len, layout, precision,
                      activation_checkpointing, flash_attention, cfg=cfg, n_moe_layers=model.n_moe_layers,
-                     experts_per_token=model.experts_per_token)
+                     experts_per_token=model.experts_per_token, n_experts=model.n_experts)
