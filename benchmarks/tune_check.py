@@ -17,8 +17,8 @@ sweep. From those rows it prints:
 Records go to ``--output-dir`` (default: a fresh temporary folder), ``tune/cpu.jsonl``, like any tune run's.
 
 Measured (2-core Intel Xeon with AMX, ``get_cpu_capability()`` AVX512, bf16, torch 2.13 CPU, quiet), ``--steps 4``:
-llama3-debug, 40 configurations, choice 1.000 of the best, tau 0.364, 139 s; moe-debug, 42 configurations,
-choice 0.998, tau 0.447, 272 s (docs/tune.md has the table and what the predictions miss).
+llama3-debug, 40 configurations, choice 1.000 of the best, tau 0.887, 117 s; moe-debug, 42 configurations,
+choice 0.973, tau 0.698, 177 s (docs/tune.md has every run's table and what the predictions miss).
 """
 from __future__ import annotations
 

@@ -193,3 +193,13 @@ def test_a_call_cost_counts_once_per_call_and_fsdp_calls_once_per_unit():
     assert with_calls - units == pytest.approx(3 * 3 * call)  # (2 gathers + 1 scatter) x 3 units
     assert comm.tensor_parallel_s(8, 1e4, 2, bw, lat, call) == pytest.approx(
         comm.tensor_parallel_s(8, 1e4, 2, bw, lat) + 8 * call)
+
+
+def test_the_fit_keeps_the_fastest_of_repeated_shapes(single):
+    # A repeat of a shape measured during a spell of the host's slowness (twice as slow) leaves the fit as it was:
+    # the fastest repeat of each shape is the one fitted.
+    from accel_kit.predict.fits import fit_compute
+
+    slow = [_record(shape_of_record(r), 2 * r.metrics["step_time_s"]) for r in single[:2]]
+    clean, disturbed = fit_compute(single), fit_compute(slow + single)
+    assert np.allclose(disturbed.rates, clean.rates) and sorted(disturbed.record_ids) == sorted(clean.record_ids)

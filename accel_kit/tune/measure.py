@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # The least a point takes beyond its steps: a tiny training point's whole call through the fork server, 0.14 s
 # at one rank and 0.21 s as two DDP ranks on the 2-core EPYC (docs/engine.md, benchmarks/point_start.py).
 POINT_START_S = 0.2
+# Passes over the calibration's shapes. On a shared 2-core host the same single-device step measured 135-141 ms in
+# most runs and 202-236 ms in spells of the host's slowness lasting seconds (moe-debug, micro-batch 4, one thread),
+# each run steady within itself; a fit through a slow spell mis-ranked moe-debug's layouts (tau 0.39-0.48).
+CALIBRATION_REPEATS = 2
 
 
 @dataclass
@@ -150,8 +154,12 @@ def measure_plan(system: str, params: TuneParams, *, output_dir: str | Path | No
     # is then its records' stretched by its share of the cores alone, not by how well more threads scale.
     threads = sys_desc.device_adapter().threads_per_rank(params.devices)
     if _needs_calibration(records, system, params.preset, choice.precision, threads):
-        calibrated = _run(params, sys_desc, choice, _calibration(sys_desc.micro_batch_size), clock, run,
-                          threads_as_ranks=params.devices)
+        # Each shape twice, the second pass after the first (another seed: another point to the sweep), so that a
+        # spell of the host's slowness seldom covers both; the compute fit keeps the faster (fits.fit_compute).
+        calibrated = [r for k in range(CALIBRATION_REPEATS)
+                      for r in _run(params.model_copy(update={"seed": params.seed + k}), sys_desc, choice,
+                                    _calibration(sys_desc.micro_batch_size), clock, run,
+                                    threads_as_ranks=params.devices)]
         notes.append(f"calibration: {len(calibrated)} single-device points of {params.preset} measured first "
                      f"({', '.join(r.status for r in calibrated)})"
                      + (f" with one rank's {threads} thread(s)" if threads else "")
