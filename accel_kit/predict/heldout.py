@@ -48,6 +48,10 @@ def held_out(records: list[Record], systems: Iterable[str] | None = None, *, lin
         for rec in predictor.train:
             # A point is its key (results.point_key_of) within its study (two studies can run the same shape).
             points.setdefault((rec.study, results.point_key_of(rec)), []).append(rec)
+        # Held out with its point's other runs and every repeat of its shape under another key (tune's calibration
+        # measures each shape twice, with two seeds): the fit keeps the fastest repeat of a shape
+        # (fits.fastest_per_shape), so a repeat left in would predict its twin.
+        shapes = {r.record_id: shape_of_record(r) for r in predictor.train}
         for runs in points.values():
             runs.sort(key=lambda r: r.timestamp or "", reverse=True)  # the latest first
             rec = runs[0]
@@ -69,7 +73,9 @@ def held_out(records: list[Record], systems: Iterable[str] | None = None, *, lin
                 if per_node not in by_node:
                     by_node[per_node] = Predictor(system, records, link_root=link_root, probe=probe,
                                                   devices_per_node=per_node)
-                pred = by_node[per_node].predict(shape_of_record(rec), exclude={r.record_id for r in runs},
+                shape = shapes[rec.record_id]
+                twins = {i for i, other in shapes.items() if other == shape}
+                pred = by_node[per_node].predict(shape, exclude={r.record_id for r in runs} | twins,
                                                  threads=host_threads(rec))
             except (AccelKitError, ValueError) as exc:
                 rows.append(row | {"predicted_step_s": None, "predicted_mem_gib": None, "basis": None,
