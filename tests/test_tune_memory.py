@@ -1,8 +1,8 @@
 """tune's memory pruning holds up under a real cap: every configuration the memory model removes fails (or would
 exceed the cap) when it runs with each process capped at ``memory_limit_gib``, and the least memory-hungry one it
-keeps (of torch's own engines) runs within the same cap. Two tiny cases of gpt2-debug (fp32, seq 512, global batch 4, cap 1.5 GiB): on one
-device the micro-batch decides, on two the layout does (tensor parallelism keeps the whole replica's logits on each
-rank, where data parallelism and a pipeline split them)."""
+keeps (of torch's own engines) runs within the same cap. Two tiny cases of gpt2-debug (fp32, seq 512, global
+batch 4, cap 1.5 GiB): on one device the micro-batch decides, on two the layout does (tensor parallelism keeps the
+whole replica's logits on each rank, where data parallelism and a pipeline split them)."""
 from pathlib import Path
 
 import pytest

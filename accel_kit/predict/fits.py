@@ -49,24 +49,33 @@ def _single_rank_time(record: Record) -> float:
     return float(record.metrics["step_time_s"])
 
 
-def fastest_per_shape(records: list[Record]) -> list[Record]:
-    """One record per measured shape (preset and work): the fastest. Repeats of one shape differ by what else the
+def shape_key(record: Record) -> tuple[str, tuple[float, ...]]:
+    """What makes two records repeats of one measurement: the same step shape, and so the same work of each term
+    (the second item). The shape stands as its repr, which names every field its equality compares: a StepShape
+    is not hashable (its layout is a mutable pydantic model)."""
+    shape = shape_of_record(record)
+    return repr(shape), tuple(shape.work())
+
+
+def fastest_per_shape(records: list[Record]) -> dict[tuple, Record]:
+    """One record per measured shape (``shape_key``): the fastest. Repeats of one shape differ by what else the
     host did meanwhile, which only ever slows a step, so the fastest is the least disturbed (timeit's rule); a
     fit through a slow repeat carries the disturbance into every prediction made from it."""
     best: dict[tuple, Record] = {}
     for r in records:
-        key = (r.params["preset"], tuple(shape_of_record(r).work()))
+        key = shape_key(r)
         if key not in best or _single_rank_time(r) < _single_rank_time(best[key]):
             best[key] = r
-    return list(best.values())
+    return best
 
 
 def fit_compute(records: list[Record]) -> ComputeFit:
     """Fit the compute rates from single-rank training records of one group (the fastest of repeated shapes)."""
-    one = fastest_per_shape([r for r in records if r.params["devices"] == 1])
+    best = fastest_per_shape([r for r in records if r.params["devices"] == 1])
+    one = list(best.values())
     if len(one) < MIN_FIT_RECORDS:
         raise ValueError(f"{len(one)} single-device records; the fit needs at least {MIN_FIT_RECORDS}")
-    work = np.stack([shape_of_record(r).work() for r in one])
+    work = np.array([key[1] for key in best], dtype=float)  # (the shapes' work: the keys carry it)
     times = np.array([_single_rank_time(r) for r in one])
     rates, rms = nnls_relative(work, times, penalty=TERM_PENALTY)
     system, precision, threads = group_key(one[0])

@@ -17,6 +17,7 @@ import pandas as pd
 
 from accel_kit import results
 from accel_kit.errors import AccelKitError
+from accel_kit.predict.fits import shape_key
 from accel_kit.predict.predictor import Predictor
 from accel_kit.predict.records import host_threads, shape_of_record, usable
 from accel_kit.predict.shape import GiB
@@ -51,7 +52,10 @@ def held_out(records: list[Record], systems: Iterable[str] | None = None, *, lin
         # Held out with its point's other runs and every repeat of its shape under another key (tune's calibration
         # measures each shape twice, with two seeds): the fit keeps the fastest repeat of a shape
         # (fits.fastest_per_shape), so a repeat left in would predict its twin.
-        shapes = {r.record_id: shape_of_record(r) for r in predictor.train}
+        keys = {r.record_id: shape_key(r) for r in predictor.train}
+        repeats: dict[tuple, set[str]] = {}
+        for record_id, key in keys.items():
+            repeats.setdefault(key, set()).add(record_id)
         for runs in points.values():
             runs.sort(key=lambda r: r.timestamp or "", reverse=True)  # the latest first
             rec = runs[0]
@@ -73,9 +77,8 @@ def held_out(records: list[Record], systems: Iterable[str] | None = None, *, lin
                 if per_node not in by_node:
                     by_node[per_node] = Predictor(system, records, link_root=link_root, probe=probe,
                                                   devices_per_node=per_node)
-                shape = shapes[rec.record_id]
-                twins = {i for i, other in shapes.items() if other == shape}
-                pred = by_node[per_node].predict(shape, exclude={r.record_id for r in runs} | twins,
+                pred = by_node[per_node].predict(shape_of_record(rec),
+                                                 exclude={r.record_id for r in runs} | repeats[keys[rec.record_id]],
                                                  threads=host_threads(rec))
             except (AccelKitError, ValueError) as exc:
                 rows.append(row | {"predicted_step_s": None, "predicted_mem_gib": None, "basis": None,

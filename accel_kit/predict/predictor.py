@@ -12,7 +12,7 @@ Step time on one data-parallel rank = compute + exposed communication:
   | ``attention_flops`` | score and weighted-sum FLOPs (grow with s^2) | attention kernels |
   | ``hidden_elementwise`` | tokens x layers x hidden | LayerNorm, GELU, residuals, dropout |
   | ``vocab_elementwise`` | tokens x vocabulary | softmax and cross-entropy over the logits |
-  | ``layer_launches`` | micro-batches x (layers + local experts of the MoE layers) | per-kernel overhead, independent of size |
+  | ``layer_launches`` | micro-batches x (layers + local experts) | per-kernel overhead, independent of size |
   | ``optimizer_params`` | parameters | the AdamW update, once per step (so GAS amortises it) |
 
   Activation checkpointing recomputes the forward: its work terms grow by 4/3. Without

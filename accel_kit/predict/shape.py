@@ -111,8 +111,7 @@ class StepShape:
         60 ms with 2 taking the same rows (an ep-4 rank's share), about 5 ms per expert and MoE layer, where a
         block costs about 2 ms a micro-batch besides its FLOPs. Counted 1 each (one rate for both: a single
         device's records cannot tell them apart, since their counts grow together)."""
-        local_experts = self.n_experts // self.layout.ep if self.n_experts else 0
-        return self.stage_layers + self.stage_moe_layers * local_experts
+        return self.stage_layers + self.stage_moe_layers * (self.n_experts // self.layout.ep)
 
     def weights_per_device(self) -> int:
         """Parameters one device computes with (``accel_kit.models.memory.weights_per_device``); the model's
